@@ -1,0 +1,107 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/coordrun/coordrun/ensemble"
+	"github.com/spf13/cobra"
+)
+
+func newEnsembleCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "ensemble",
+		Short: "Inspect and manage the ensemble",
+	}
+	cmd.AddCommand(newEnsembleStatusCommand())
+	return cmd
+}
+
+func newEnsembleStatusCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "status",
+		Short: "Show the members, the leader, and each member's term, commit and applied index",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			v, err := loadConfig(cmd)
+			if err != nil {
+				return err
+			}
+			servers := splitServers(v.GetString("servers"))
+			if len(servers) == 0 {
+				return usageError{fmt.Errorf("--servers is empty")}
+			}
+			var lastErr error
+			for _, s := range servers {
+				st, err := fetchStatus(s, v.GetDuration("timeout"))
+				if err != nil {
+					lastErr = err
+					continue
+				}
+				if v.GetBool("json") {
+					enc := json.NewEncoder(cmd.OutOrStdout())
+					enc.SetIndent("", "  ")
+					return enc.Encode(st)
+				}
+				printStatus(cmd.OutOrStdout(), st)
+				return nil
+			}
+			return usageError{fmt.Errorf("no member answered: %w", lastErr)}
+		},
+	}
+	f := cmd.Flags()
+	f.String("servers", "127.0.0.1:2181", "client addresses of members to ask, host:port,...")
+	f.Bool("json", false, "print JSON")
+	f.Duration("timeout", 5*time.Second, "how long to wait for a member")
+	return cmd
+}
+
+func splitServers(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func fetchStatus(addr string, timeout time.Duration) (ensemble.Status, error) {
+	var st ensemble.Status
+	c, err := net.DialTimeout("tcp", addr, timeout)
+	if err != nil {
+		return st, err
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(timeout))
+	if _, err := c.Write([]byte("mbrs")); err != nil {
+		return st, err
+	}
+	b, err := io.ReadAll(c)
+	if err != nil {
+		return st, err
+	}
+	if err := json.Unmarshal(b, &st); err != nil {
+		return st, fmt.Errorf("%s: not a coordrun member (%v)", addr, err)
+	}
+	return st, nil
+}
+
+func printStatus(w io.Writer, st ensemble.Status) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tSTATE\tTERM\tCOMMIT\tAPPLIED\tZXID\tCLIENT\tPEER\tERROR")
+	for _, m := range st.Members {
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t0x%x\t%s\t%s\t%s\n", m.ID, m.State, m.Term, m.CommitIndex, m.AppliedIndex, m.LastZxid, m.ClientAddr, m.PeerAddr, m.Error)
+	}
+	tw.Flush()
+	if st.Leader == "" {
+		fmt.Fprintln(w, "leader: none")
+	} else {
+		fmt.Fprintf(w, "leader: %s\n", st.Leader)
+	}
+}

@@ -1,0 +1,94 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"strings"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+	"github.com/spf13/viper"
+)
+
+// defaultConfigFile is read when it exists and no --config is given.
+const defaultConfigFile = "/etc/coordrun/coordrun.yaml"
+
+func newRootCommand() *cobra.Command {
+	root := &cobra.Command{
+		Use:           "coordrun",
+		Short:         "Run a job on exactly one host, coordinated through a ZooKeeper-compatible ensemble",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.PersistentFlags().String("config", "", "config file (default "+defaultConfigFile+" when present; env COORDRUN_CONFIG)")
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+	root.AddCommand(newServerCommand(), newEnsembleCommand(), newVersionCommand())
+	return root
+}
+
+// loadConfig returns a viper instance for one command, resolving every key
+// as flag > COORDRUN_* environment variable > config file > flag default.
+// Keys are the long flag names; "client-addr" reads COORDRUN_CLIENT_ADDR.
+func loadConfig(cmd *cobra.Command) (*viper.Viper, error) {
+	v := viper.New()
+	v.SetEnvPrefix("COORDRUN")
+	v.SetEnvKeyReplacer(strings.NewReplacer("-", "_"))
+	v.AutomaticEnv()
+	var bindErr error
+	cmd.Flags().VisitAll(func(f *pflag.Flag) {
+		if f.Name == "config" || f.Name == "help" {
+			return
+		}
+		if err := v.BindPFlag(f.Name, f); err != nil && bindErr == nil {
+			bindErr = err
+		}
+	})
+	if bindErr != nil {
+		return nil, bindErr
+	}
+	file, _ := cmd.Flags().GetString("config")
+	if file == "" {
+		file = os.Getenv("COORDRUN_CONFIG")
+	}
+	explicit := file != ""
+	if !explicit {
+		if _, err := os.Stat(defaultConfigFile); err == nil {
+			file = defaultConfigFile
+		}
+	}
+	if file != "" {
+		v.SetConfigFile(file)
+		if err := v.ReadInConfig(); err != nil {
+			if !explicit && errors.Is(err, fs.ErrNotExist) {
+				return v, nil
+			}
+			return nil, usageError{fmt.Errorf("config file %s: %w", file, err)}
+		}
+		if err := checkKnownKeys(v, cmd); err != nil {
+			return nil, err
+		}
+	}
+	return v, nil
+}
+
+// checkKnownKeys rejects config file keys that no flag of the command
+// knows, so a typo does not silently leave a default in force. Keys of
+// other commands sharing the file live under their own section names.
+func checkKnownKeys(v *viper.Viper, cmd *cobra.Command) error {
+	known := map[string]bool{}
+	cmd.Flags().VisitAll(func(f *pflag.Flag) { known[f.Name] = true })
+	for _, k := range v.AllKeys() {
+		top := strings.SplitN(k, ".", 2)[0]
+		if known[top] || sharedSections[top] {
+			continue
+		}
+		return usageError{fmt.Errorf("config file %s: unknown key %q", v.ConfigFileUsed(), k)}
+	}
+	return nil
+}
+
+// sharedSections are top-level config keys that belong to commands other
+// than the one running (one file configures every role on a host).
+var sharedSections = map[string]bool{"jobs": true}

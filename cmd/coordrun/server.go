@@ -1,0 +1,112 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/coordrun/coordrun/ensemble"
+	"github.com/spf13/cobra"
+)
+
+func newServerCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "server",
+		Short: "Run an ensemble member (a ZooKeeper-compatible coordination server)",
+		Long: `Run one member of a coordrun ensemble. Members replicate a znode tree with
+raft and serve ZooKeeper clients (zkCli.sh, kazoo, Curator, go-zookeeper)
+on the client port.
+
+Start 1, 3 or 5 members, each with its own --id and --data-dir, all with
+the same --peers list. A member restarted on an existing data dir resumes
+from it; --peers only matters the first time.
+
+  coordrun server --dev
+  coordrun server --id 1 --data-dir /var/lib/coordrun \
+      --client-addr :2181 --peer-addr 10.0.0.1:2888 \
+      --peers 1=10.0.0.1:2888,2=10.0.0.2:2888,3=10.0.0.3:2888`,
+		Args: cobra.NoArgs,
+		RunE: runServer,
+	}
+	f := cmd.Flags()
+	f.String("id", "", "member id, unique in the ensemble")
+	f.String("data-dir", "", "directory for the raft log and snapshots")
+	f.String("client-addr", ":2181", "address ZooKeeper clients connect to")
+	f.String("peer-addr", "", "address for raft and member traffic (host:port)")
+	f.String("peers", "", "initial members as id=host:port,... (peer addresses, this member included)")
+	f.Bool("dev", false, "one throwaway member: temporary data dir, id 1, peer port on loopback")
+	f.Duration("min-session-timeout", 4*time.Second, "smallest session timeout granted")
+	f.Duration("max-session-timeout", 40*time.Second, "largest session timeout granted")
+	f.Int("max-data-bytes", 1<<20, "largest znode data accepted")
+	f.Duration("heartbeat-timeout", 500*time.Millisecond, "raft heartbeat timeout")
+	f.Duration("election-timeout", 500*time.Millisecond, "raft election timeout")
+	f.Uint64("snapshot-threshold", 8192, "log entries between snapshots")
+	f.String("log-format", "text", "log format on stderr: text or json")
+	f.String("log-level", "info", "log level: debug, info, warn, error")
+	return cmd
+}
+
+func runServer(cmd *cobra.Command, _ []string) error {
+	v, err := loadConfig(cmd)
+	if err != nil {
+		return err
+	}
+	log, err := newLogger(cmd.ErrOrStderr(), v.GetString("log-format"), v.GetString("log-level"))
+	if err != nil {
+		return err
+	}
+	peers, err := ensemble.ParsePeers(v.GetString("peers"))
+	if err != nil {
+		return usageError{fmt.Errorf("--peers: %w", err)}
+	}
+	cfg := ensemble.Config{
+		ID:                v.GetString("id"),
+		DataDir:           v.GetString("data-dir"),
+		ClientAddr:        v.GetString("client-addr"),
+		PeerAddr:          v.GetString("peer-addr"),
+		Peers:             peers,
+		MinSessionTimeout: v.GetDuration("min-session-timeout"),
+		MaxSessionTimeout: v.GetDuration("max-session-timeout"),
+		MaxDataBytes:      v.GetInt("max-data-bytes"),
+		HeartbeatTimeout:  v.GetDuration("heartbeat-timeout"),
+		ElectionTimeout:   v.GetDuration("election-timeout"),
+		SnapshotThreshold: v.GetUint64("snapshot-threshold"),
+		Logger:            log,
+	}
+	if v.GetBool("dev") {
+		if cfg.ID == "" {
+			cfg.ID = "1"
+		}
+		if cfg.PeerAddr == "" {
+			cfg.PeerAddr = "127.0.0.1:0"
+		}
+		if cfg.DataDir == "" {
+			dir, err := os.MkdirTemp("", "coordrun-dev-")
+			if err != nil {
+				return err
+			}
+			defer os.RemoveAll(dir)
+			cfg.DataDir = dir
+		}
+		if len(cfg.Peers) > 0 {
+			return usageError{fmt.Errorf("--dev runs a single member; drop --peers")}
+		}
+	}
+	if cfg.ID == "" {
+		return usageError{fmt.Errorf("--id is required (or --dev)")}
+	}
+	if cfg.DataDir == "" {
+		return usageError{fmt.Errorf("--data-dir is required (or --dev)")}
+	}
+	if cfg.PeerAddr == "" {
+		return usageError{fmt.Errorf("--peer-addr is required (or --dev)")}
+	}
+	m, err := ensemble.Start(cfg)
+	if err != nil {
+		return err
+	}
+	log.Info("serving", "id", cfg.ID, "client_addr", m.ClientAddr(), "peer_addr", m.PeerAddr(), "data_dir", cfg.DataDir)
+	<-cmd.Context().Done()
+	log.Info("shutting down")
+	return m.Close()
+}

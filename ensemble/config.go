@@ -1,0 +1,143 @@
+package ensemble
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"strings"
+	"time"
+)
+
+// Peer is one initial member of the ensemble: its raft server id and the
+// address of its peer port.
+type Peer struct {
+	ID   string
+	Addr string
+}
+
+// ParsePeers parses "id=host:port,id=host:port".
+func ParsePeers(s string) ([]Peer, error) {
+	s = strings.TrimSpace(s)
+	if s == "" {
+		return nil, nil
+	}
+	var peers []Peer
+	seen := map[string]bool{}
+	for _, part := range strings.Split(s, ",") {
+		id, addr, ok := strings.Cut(strings.TrimSpace(part), "=")
+		if !ok || id == "" || addr == "" {
+			return nil, fmt.Errorf("peer %q: want id=host:port", part)
+		}
+		if _, _, err := net.SplitHostPort(addr); err != nil {
+			return nil, fmt.Errorf("peer %q: %w", part, err)
+		}
+		if seen[id] {
+			return nil, fmt.Errorf("peer id %q listed twice", id)
+		}
+		seen[id] = true
+		peers = append(peers, Peer{ID: id, Addr: addr})
+	}
+	return peers, nil
+}
+
+// Config is the configuration of one member. Zero durations and sizes take
+// the defaults below.
+type Config struct {
+	ID         string // raft server id, unique in the ensemble
+	DataDir    string // raft log, stable store and snapshots
+	ClientAddr string // ZooKeeper client port
+	PeerAddr   string // raft and member-to-member traffic
+	// Peers lists every initial member including this one. Empty means a
+	// single-member ensemble of this member alone.
+	Peers []Peer
+
+	MinSessionTimeout time.Duration // default 2 ticks (4s with ZooKeeper's 2s tick)
+	MaxSessionTimeout time.Duration // default 40s
+	MaxDataBytes      int           // largest znode data; default 1 MiB like jute.maxbuffer
+
+	// Raft timing. Loopback and LAN ensembles fail over faster with smaller
+	// values; the defaults suit a LAN.
+	HeartbeatTimeout time.Duration // default 500ms
+	ElectionTimeout  time.Duration // default 500ms
+	// SnapshotThreshold is how many log entries accumulate before a
+	// snapshot compacts the log.
+	SnapshotThreshold uint64 // default 8192
+	SnapshotInterval  time.Duration
+
+	Logger *slog.Logger
+
+	// Listeners already bound for the peer and client ports; when set they
+	// are used instead of PeerAddr and ClientAddr (tests bind port 0 first
+	// to learn every member's address before any starts).
+	PeerListener   net.Listener
+	ClientListener net.Listener
+}
+
+const (
+	defaultMinSessionTimeout = 4 * time.Second
+	defaultMaxSessionTimeout = 40 * time.Second
+	defaultMaxData           = 1 << 20
+)
+
+func (c *Config) setDefaults() error {
+	if c.ID == "" {
+		return errors.New("member id is required")
+	}
+	if c.DataDir == "" {
+		return errors.New("data dir is required")
+	}
+	if c.ClientAddr == "" {
+		c.ClientAddr = "127.0.0.1:2181"
+	}
+	if c.PeerAddr == "" && c.PeerListener != nil {
+		c.PeerAddr = c.PeerListener.Addr().String()
+	}
+	if c.PeerAddr == "" {
+		return errors.New("peer address is required")
+	}
+	if c.MinSessionTimeout == 0 {
+		c.MinSessionTimeout = defaultMinSessionTimeout
+	}
+	if c.MaxSessionTimeout == 0 {
+		c.MaxSessionTimeout = defaultMaxSessionTimeout
+	}
+	if c.MinSessionTimeout > c.MaxSessionTimeout {
+		return fmt.Errorf("min session timeout %v exceeds max %v", c.MinSessionTimeout, c.MaxSessionTimeout)
+	}
+	if c.MaxDataBytes == 0 {
+		c.MaxDataBytes = defaultMaxData
+	}
+	if c.MaxDataBytes < 0 {
+		return errors.New("max data bytes must be positive")
+	}
+	if c.HeartbeatTimeout == 0 {
+		c.HeartbeatTimeout = 500 * time.Millisecond
+	}
+	if c.ElectionTimeout == 0 {
+		c.ElectionTimeout = 500 * time.Millisecond
+	}
+	if c.SnapshotThreshold == 0 {
+		c.SnapshotThreshold = 8192
+	}
+	if c.SnapshotInterval == 0 {
+		c.SnapshotInterval = 30 * time.Second
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if len(c.Peers) > 0 && c.advertised() == "" {
+		return fmt.Errorf("member id %q is not in the peer list", c.ID)
+	}
+	return nil
+}
+
+// advertised is this member's peer address as the others know it.
+func (c *Config) advertised() string {
+	for _, p := range c.Peers {
+		if p.ID == c.ID {
+			return p.Addr
+		}
+	}
+	return ""
+}

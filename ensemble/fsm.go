@@ -1,0 +1,173 @@
+package ensemble
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"sync"
+	"sync/atomic"
+
+	"github.com/coordrun/coordrun/ensemble/tree"
+	"github.com/hashicorp/raft"
+)
+
+// applyResult is what the FSM returns for one committed txn; raft hands it
+// to the ApplyFuture on the member that proposed it.
+type applyResult struct {
+	res  tree.Result
+	zxid int64
+	err  error // the log entry could not be decoded
+}
+
+// fsm adapts tree.Tree to raft. The zxid of a txn is its raft log index, so
+// zxids are monotonic forever and never reused, including across leader
+// changes and restarts.
+//
+// Concurrency: raft calls ApplyBatch, Snapshot and Restore from one
+// goroutine. Readers (client connections) take mu for reading; ApplyBatch
+// takes it for writing and calls afterApply under it, so a watch
+// notification is queued on its connection before any read can observe the
+// state it announces.
+type fsm struct {
+	mu   sync.RWMutex
+	tree *tree.Tree
+
+	applied atomic.Int64 // index of the last applied command; the member's zxid
+	waitMu  sync.Mutex
+	waitCh  chan struct{} // closed and replaced whenever applied advances
+
+	// afterApply runs under mu (write) for every applied txn.
+	afterApply func(txn *tree.Txn, res *tree.Result, zxid int64)
+	// afterRestore runs under mu (write) after a snapshot replaced the tree.
+	afterRestore func()
+}
+
+func newFSM() *fsm {
+	return &fsm{tree: tree.New(), waitCh: make(chan struct{})}
+}
+
+var _ raft.BatchingFSM = (*fsm)(nil)
+
+func (f *fsm) Apply(l *raft.Log) interface{} {
+	return f.ApplyBatch([]*raft.Log{l})[0]
+}
+
+func (f *fsm) ApplyBatch(logs []*raft.Log) []interface{} {
+	out := make([]interface{}, len(logs))
+	f.mu.Lock()
+	var last int64
+	for i, l := range logs {
+		if l.Type != raft.LogCommand {
+			continue
+		}
+		zxid := int64(l.Index)
+		var txn tree.Txn
+		if err := txn.UnmarshalBinary(l.Data); err != nil {
+			// Every member rejects the same bytes alike, so skipping keeps
+			// them identical; the proposer learns of it through the result.
+			out[i] = applyResult{zxid: zxid, err: fmt.Errorf("undecodable txn at index %d: %w", l.Index, err)}
+			last = zxid
+			continue
+		}
+		res := f.tree.Apply(&txn, zxid)
+		if f.afterApply != nil {
+			f.afterApply(&txn, &res, zxid)
+		}
+		out[i] = applyResult{res: res, zxid: zxid}
+		last = zxid
+	}
+	if last != 0 {
+		f.applied.Store(last)
+	}
+	f.mu.Unlock()
+	if last != 0 {
+		f.wake()
+	}
+	return out
+}
+
+func (f *fsm) wake() {
+	f.waitMu.Lock()
+	close(f.waitCh)
+	f.waitCh = make(chan struct{})
+	f.waitMu.Unlock()
+}
+
+// waitApplied blocks until the command at index has been applied here.
+func (f *fsm) waitApplied(ctx context.Context, index int64) error {
+	for {
+		f.waitMu.Lock()
+		ch := f.waitCh
+		f.waitMu.Unlock()
+		if f.applied.Load() >= index {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// Snapshot copies the tree under the read lock; writing it to disk then
+// happens without blocking applies.
+func (f *fsm) Snapshot() (raft.FSMSnapshot, error) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	var buf snapshotBuffer
+	binary.BigEndian.PutUint64(buf.hdr[:], uint64(f.applied.Load()))
+	if err := f.tree.WriteSnapshot(&buf); err != nil {
+		return nil, err
+	}
+	return &buf, nil
+}
+
+func (f *fsm) Restore(rc io.ReadCloser) error {
+	defer rc.Close()
+	r := bufio.NewReaderSize(rc, 1<<20)
+	var hdr [8]byte
+	if _, err := io.ReadFull(r, hdr[:]); err != nil {
+		return fmt.Errorf("snapshot header: %w", err)
+	}
+	t, err := tree.ReadSnapshot(r)
+	if err != nil {
+		return fmt.Errorf("snapshot: %w", err)
+	}
+	f.mu.Lock()
+	f.tree = t
+	f.applied.Store(int64(binary.BigEndian.Uint64(hdr[:])))
+	if f.afterRestore != nil {
+		f.afterRestore()
+	}
+	f.mu.Unlock()
+	f.wake()
+	return nil
+}
+
+// snapshotBuffer holds a serialized tree, prefixed by the applied zxid.
+type snapshotBuffer struct {
+	hdr  [8]byte
+	data []byte
+}
+
+func (b *snapshotBuffer) Write(p []byte) (int, error) {
+	b.data = append(b.data, p...)
+	return len(p), nil
+}
+
+func (b *snapshotBuffer) Persist(sink raft.SnapshotSink) error {
+	if _, err := sink.Write(b.hdr[:]); err != nil {
+		sink.Cancel()
+		return err
+	}
+	if _, err := sink.Write(b.data); err != nil {
+		sink.Cancel()
+		return err
+	}
+	return sink.Close()
+}
+
+func (b *snapshotBuffer) Release() {}

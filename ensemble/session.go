@@ -1,0 +1,240 @@
+package ensemble
+
+import (
+	"context"
+	"sync"
+	"time"
+)
+
+// sessionTracker keeps the expiry deadline of every live session. Every
+// member mirrors the set of sessions from the replicated state, but only
+// the leader's deadlines mean anything: only the leader expires sessions,
+// and a member that becomes leader first grants every session a fresh full
+// timeout (it cannot know how recently the old leader heard from them).
+//
+// Safe for concurrent use.
+type sessionTracker struct {
+	mu       sync.Mutex
+	sessions map[int64]*trackedSession
+	now      func() time.Time
+}
+
+type trackedSession struct {
+	timeout  time.Duration
+	deadline time.Time
+	expiring bool // an expiry has been proposed
+}
+
+func newSessionTracker(now func() time.Time) *sessionTracker {
+	return &sessionTracker{sessions: map[int64]*trackedSession{}, now: now}
+}
+
+func (t *sessionTracker) add(id int64, timeout time.Duration) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.sessions[id] = &trackedSession{timeout: timeout, deadline: t.now().Add(timeout)}
+}
+
+func (t *sessionTracker) remove(id int64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	delete(t.sessions, id)
+}
+
+// touch records that the session was heard from now. It reports whether
+// the session is known.
+func (t *sessionTracker) touch(id int64) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	s := t.sessions[id]
+	if s == nil {
+		return false
+	}
+	if d := t.now().Add(s.timeout); d.After(s.deadline) {
+		s.deadline = d
+	}
+	return true
+}
+
+// refreshAll gives every session a full timeout from now: a new leader's
+// grace.
+func (t *sessionTracker) refreshAll() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	now := t.now()
+	for _, s := range t.sessions {
+		s.deadline = now.Add(s.timeout)
+		s.expiring = false
+	}
+}
+
+// reset replaces the tracked set, after a snapshot restore.
+func (t *sessionTracker) reset(ids map[int64]time.Duration) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	now := t.now()
+	t.sessions = make(map[int64]*trackedSession, len(ids))
+	for id, to := range ids {
+		t.sessions[id] = &trackedSession{timeout: to, deadline: now.Add(to)}
+	}
+}
+
+// expired returns sessions past their deadline that have no expiry
+// proposed yet, and marks them as expiring.
+func (t *sessionTracker) expired() []int64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	now := t.now()
+	var out []int64
+	for id, s := range t.sessions {
+		if !s.expiring && now.After(s.deadline) {
+			s.expiring = true
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+// stillExpired reports whether the session is still past its deadline; a
+// touch may have arrived while the leader confirmed its leadership.
+func (t *sessionTracker) stillExpired(id int64) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	s := t.sessions[id]
+	if s == nil {
+		return false
+	}
+	if !t.now().After(s.deadline) {
+		s.expiring = false
+		return false
+	}
+	return true
+}
+
+func (t *sessionTracker) unmarkExpiring(id int64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if s := t.sessions[id]; s != nil {
+		s.expiring = false
+	}
+}
+
+func (t *sessionTracker) count() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.sessions)
+}
+
+// livenessRelay carries session liveness from a follower to the leader.
+// Sessions heard from are collected into a batch; one batch is in flight at
+// a time, and a reply to a client may only go out once the batch holding
+// its packet was acknowledged by the leader. That makes every reply a valid
+// lease proof: the leader, which alone expires sessions, learned of the
+// session at or after the packet arrived. A member cut off from the leader
+// gets no acknowledgements and so stops extending leases.
+//
+// Safe for concurrent use.
+type livenessRelay struct {
+	send func(ctx context.Context, ids []int64) error // to the leader
+
+	mu      sync.Mutex
+	pending map[int64]struct{}
+	gen     uint64 // generation of the batch now being collected
+	acked   uint64 // highest generation the leader acknowledged
+	ackCh   chan struct{}
+	kick    chan struct{}
+}
+
+func newLivenessRelay(send func(ctx context.Context, ids []int64) error) *livenessRelay {
+	return &livenessRelay{
+		send:    send,
+		pending: map[int64]struct{}{},
+		gen:     1,
+		ackCh:   make(chan struct{}),
+		kick:    make(chan struct{}, 1),
+	}
+}
+
+// note records that a session was heard from and returns the generation
+// whose acknowledgement proves it to the leader.
+func (r *livenessRelay) note(id int64) uint64 {
+	r.mu.Lock()
+	r.pending[id] = struct{}{}
+	g := r.gen
+	r.mu.Unlock()
+	select {
+	case r.kick <- struct{}{}:
+	default:
+	}
+	return g
+}
+
+// wait blocks until generation g has been acknowledged.
+func (r *livenessRelay) wait(ctx context.Context, g uint64) error {
+	for {
+		r.mu.Lock()
+		if r.acked >= g {
+			r.mu.Unlock()
+			return nil
+		}
+		ch := r.ackCh
+		r.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// run sends batches until ctx ends. A failed batch is retried with the
+// sessions noted since, under a newer generation number, so waiters of the
+// failed one are released only by a later success.
+func (r *livenessRelay) run(ctx context.Context, retry time.Duration) {
+	var carry []int64
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-r.kick:
+		}
+		for {
+			r.mu.Lock()
+			ids := carry
+			for id := range r.pending {
+				ids = append(ids, id)
+			}
+			clear(r.pending)
+			g := r.gen
+			r.gen++
+			r.mu.Unlock()
+			if len(ids) == 0 {
+				break
+			}
+			sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			err := r.send(sctx, ids)
+			cancel()
+			if err != nil {
+				carry = ids
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(retry):
+				}
+				continue
+			}
+			carry = nil
+			r.mu.Lock()
+			if g > r.acked {
+				r.acked = g
+			}
+			close(r.ackCh)
+			r.ackCh = make(chan struct{})
+			more := len(r.pending) > 0
+			r.mu.Unlock()
+			if !more {
+				break
+			}
+		}
+	}
+}

@@ -1,0 +1,494 @@
+package tree
+
+import (
+	"fmt"
+	"slices"
+)
+
+// Mode is a create mode, numbered like ZooKeeper's CreateMode flags.
+type Mode int32
+
+// Create modes. ZooKeeper's TTL modes (5 and 6) are refused with
+// ErrUnimplemented, as ZooKeeper does while extended types are disabled.
+const (
+	ModePersistent           Mode = 0
+	ModeEphemeral            Mode = 1
+	ModePersistentSequential Mode = 2
+	ModeEphemeralSequential  Mode = 3
+	ModeContainer            Mode = 4
+
+	modePersistentTTL           Mode = 5
+	modePersistentSequentialTTL Mode = 6
+)
+
+func (m Mode) sequential() bool { return m == ModePersistentSequential || m == ModeEphemeralSequential }
+func (m Mode) ephemeral() bool  { return m == ModeEphemeral || m == ModeEphemeralSequential }
+
+// OpKind selects what an Op does.
+type OpKind uint8
+
+// Op kinds.
+const (
+	OpCreate OpKind = iota + 1
+	OpDelete
+	OpSetData
+	OpSetACL
+	OpCheck
+)
+
+// Op is one write, or a check, within a transaction. Which fields matter
+// depends on Kind: Data for create and setData, ACL for create and setACL,
+// Mode for create, Version (-1 for any) for delete, setData, setACL (against
+// Aversion) and check.
+type Op struct {
+	Kind    OpKind
+	Path    string
+	Data    []byte
+	ACL     []ACL
+	Mode    Mode
+	Version int32
+}
+
+// TxnKind selects what a Txn does.
+type TxnKind uint8
+
+// Transaction kinds.
+const (
+	TxnOps TxnKind = iota + 1
+	TxnCreateSession
+	TxnCloseSession
+)
+
+// Txn is one raft log entry's worth of state change, fully determined by the
+// proposer so that every replica applies it identically.
+type Txn struct {
+	Kind     TxnKind
+	Session  int64      // requesting session (TxnOps, TxnCloseSession); for TxnCloseSession the session to end; 0 for internal txns
+	Time     int64      // ms since the Unix epoch, stamped by the leader; becomes ctime/mtime
+	Auth     []Identity // the requester's identities, for ACL checks and "auth" expansion
+	Multi    bool       // Ops form one atomic multi; otherwise Ops holds exactly one op
+	Ops      []Op
+	Timeout  int32  // TxnCreateSession: negotiated timeout in ms
+	Password []byte // TxnCreateSession: the session password chosen by the proposer
+}
+
+// OpResult is the outcome of one op.
+type OpResult struct {
+	Err  error
+	Path string // the op's path; for create the created path, including any sequence suffix
+	Stat Stat   // the node's stat right after the op, for create, setData and setACL
+}
+
+// Result is the outcome of a transaction.
+type Result struct {
+	// Err is nil on success; for a single op its error, for a multi the
+	// first failing op's error.
+	Err error
+	// Ops holds one result per op. In a failed multi the ops before the
+	// failing one have a nil Err, the failing op its error, the later ops
+	// ErrRuntimeInconsistency, and nothing was changed.
+	Ops []OpResult
+	// SessionID is the new session's id, for TxnCreateSession.
+	SessionID int64
+	// Events lists the changes made, in order, for the watch manager.
+	Events []Event
+}
+
+// EventType is the kind of change a watch may fire for.
+type EventType uint8
+
+// Event types, each triggering the ZooKeeper watch event of the same name.
+const (
+	EventCreated EventType = iota + 1
+	EventDeleted
+	EventDataChanged
+	EventChildrenChanged
+)
+
+// Event is one change made by a transaction.
+type Event struct {
+	Type EventType
+	Path string
+}
+
+// Apply applies a transaction at zxid (its raft log index) and reports the
+// outcome. Errors are part of the replicated outcome, not failures of Apply:
+// every replica computes the same Result. Op data and passwords are copied,
+// so the caller keeps ownership of txn.
+//
+// A TxnOps transaction from a non-zero Session that is not live fails as a
+// whole with ErrSessionExpired, because a write that was proposed before its
+// session expired must not land after the expiry; for a multi this is
+// reported, as ZooKeeper does, as a failure of its first op. Session 0 marks
+// internal transactions.
+func (t *Tree) Apply(txn *Txn, zxid int64) Result {
+	switch txn.Kind {
+	case TxnOps:
+		return t.applyOps(txn, zxid)
+	case TxnCreateSession:
+		return t.createSession(txn)
+	case TxnCloseSession:
+		return t.closeSession(txn, zxid)
+	}
+	return Result{Err: fmt.Errorf("%w: unknown transaction kind %d", ErrBadArguments, txn.Kind)}
+}
+
+func (t *Tree) createSession(txn *Txn) Result {
+	if t.nextSession <= 0 {
+		// Seed from the leader's clock so that ids differ from those of an
+		// earlier incarnation of the ensemble; afterwards ids only grow, so
+		// none is ever reused.
+		t.nextSession = (txn.Time << 12) & (1<<63 - 1)
+		if t.nextSession == 0 {
+			t.nextSession = 1
+		}
+	}
+	id := t.nextSession
+	t.nextSession++
+	t.sessions[id] = &session{
+		timeout:    txn.Timeout,
+		password:   cloneBytes(txn.Password),
+		ephemerals: make(map[string]struct{}),
+	}
+	return Result{SessionID: id}
+}
+
+// closeSession deletes the session's ephemerals in path order, as
+// ZooKeeper's killSession does (without permission checks), then forgets the
+// session. An unknown session is a successful no-op, since expiry and an
+// explicit close may both be proposed.
+func (t *Tree) closeSession(txn *Txn, zxid int64) Result {
+	s := t.sessions[txn.Session]
+	if s == nil {
+		return Result{}
+	}
+	paths := make([]string, 0, len(s.ephemerals))
+	for p := range s.ephemerals {
+		paths = append(paths, p)
+	}
+	slices.Sort(paths)
+	var events []Event
+	for _, p := range paths {
+		parentPath, name := splitPath(p)
+		events = t.deleteNode(p, t.nodes[parentPath], parentPath, name, t.nodes[p], zxid, events)
+	}
+	events = t.cleanContainers(zxid, events)
+	delete(t.sessions, txn.Session)
+	return Result{Events: events}
+}
+
+func (t *Tree) applyOps(txn *Txn, zxid int64) Result {
+	res := Result{Ops: make([]OpResult, len(txn.Ops))}
+	for i := range txn.Ops {
+		res.Ops[i].Path = txn.Ops[i].Path
+	}
+	if !txn.Multi && len(txn.Ops) != 1 {
+		res.Err = fmt.Errorf("%w: a non-multi transaction needs exactly one op, got %d", ErrBadArguments, len(txn.Ops))
+		for i := range res.Ops {
+			res.Ops[i].Err = res.Err
+		}
+		return res
+	}
+	if txn.Session != 0 && t.sessions[txn.Session] == nil {
+		res.Err = ErrSessionExpired
+		for i := range res.Ops {
+			res.Ops[i].Err = ErrRuntimeInconsistency
+		}
+		if len(res.Ops) > 0 {
+			res.Ops[0].Err = ErrSessionExpired
+		}
+		return res
+	}
+
+	t.logging = txn.Multi
+	t.undo = t.undo[:0]
+	t.emptied = t.emptied[:0]
+	var events []Event
+	failed := -1
+	for i := range txn.Ops {
+		var err error
+		events, err = t.applyOp(txn, &txn.Ops[i], &res.Ops[i], zxid, events)
+		if err != nil {
+			res.Ops[i].Err = err
+			res.Err = err
+			failed = i
+			break
+		}
+	}
+	if failed >= 0 {
+		// Roll back; ops validate fully before mutating, so only earlier
+		// ops of a multi have left anything behind.
+		for i := len(t.undo) - 1; i >= 0; i-- {
+			t.undo[i]()
+		}
+		for i := range failed {
+			res.Ops[i] = OpResult{Path: txn.Ops[i].Path}
+		}
+		for i := failed + 1; i < len(res.Ops); i++ {
+			res.Ops[i].Err = ErrRuntimeInconsistency
+		}
+		events = nil
+		clear(t.emptied)
+		t.emptied = t.emptied[:0]
+	} else {
+		events = t.cleanContainers(zxid, events)
+	}
+	clear(t.undo)
+	t.undo = t.undo[:0]
+	t.logging = false
+	res.Events = events
+	return res
+}
+
+func (t *Tree) record(f func()) {
+	if t.logging {
+		t.undo = append(t.undo, f)
+	}
+}
+
+func (t *Tree) applyOp(txn *Txn, op *Op, r *OpResult, zxid int64, events []Event) ([]Event, error) {
+	switch op.Kind {
+	case OpCreate:
+		return t.create(txn, op, r, zxid, events)
+	case OpDelete:
+		return t.delete(txn, op, zxid, events)
+	case OpSetData:
+		return t.setData(txn, op, r, zxid, events)
+	case OpSetACL:
+		return events, t.setACL(txn, op, r)
+	case OpCheck:
+		return events, t.check(txn, op)
+	}
+	return events, fmt.Errorf("%w: unknown op kind %d", ErrBadArguments, op.Kind)
+}
+
+// create follows PrepRequestProcessor.pRequest2TxnCreate. Error precedence:
+// mode, path, session, ACL list, parent, CREATE permission, existence,
+// ephemeral parent.
+func (t *Tree) create(txn *Txn, op *Op, r *OpResult, zxid int64, events []Event) ([]Event, error) {
+	switch {
+	case op.Mode == modePersistentTTL || op.Mode == modePersistentSequentialTTL:
+		return events, ErrUnimplemented
+	case op.Mode < ModePersistent || op.Mode > ModeContainer:
+		return events, fmt.Errorf("%w: unknown create mode %d", ErrBadArguments, op.Mode)
+	}
+	seq := op.Mode.sequential()
+	if err := ValidatePath(op.Path, seq); err != nil {
+		return events, err
+	}
+	owner := int64(0)
+	switch {
+	case op.Mode == ModeContainer:
+		owner = containerOwner
+	case op.Mode.ephemeral():
+		if txn.Session == 0 || t.sessions[txn.Session] == nil {
+			return events, ErrSessionExpired
+		}
+		owner = txn.Session
+	}
+	acl, err := fixupACL(op.ACL, txn.Auth)
+	if err != nil {
+		return events, err
+	}
+	var parentPath string
+	if op.Path == rootPath {
+		// ZooKeeper takes the parent of "/" to be the root itself, so the
+		// create fails with NodeExists (or, sequentially, makes a child).
+		parentPath = rootPath
+	} else {
+		parentPath, _ = splitPath(op.Path)
+	}
+	parent := t.nodes[parentPath]
+	if parent == nil {
+		return events, ErrNoNode
+	}
+	if !permitted(parent.acl.acl, PermCreate, txn.Auth) {
+		return events, ErrNoAuth
+	}
+	path := op.Path
+	if seq {
+		path = fmt.Sprintf("%s%010d", path, parent.stat.Cversion)
+	}
+	if t.nodes[path] != nil {
+		return events, ErrNodeExists
+	}
+	if isEphemeralOwner(parent.stat.EphemeralOwner) {
+		return events, ErrNoChildrenForEphemerals
+	}
+
+	_, name := splitPath(path)
+	data := cloneBytes(op.Data)
+	n := &node{
+		data: data,
+		acl:  t.internACL(acl),
+		stat: Stat{
+			Czxid:          zxid,
+			Mzxid:          zxid,
+			Ctime:          txn.Time,
+			Mtime:          txn.Time,
+			EphemeralOwner: owner,
+			DataLength:     int32(len(data)),
+			Pzxid:          zxid,
+		},
+	}
+	old := parent.stat
+	t.link(path, parent, name, n)
+	parent.stat.Cversion++
+	parent.stat.Pzxid = zxid
+	t.record(func() {
+		t.unlink(path, parent, name, n)
+		parent.stat = old
+	})
+	r.Path = path
+	r.Stat = n.stat
+	return append(events,
+		Event{Type: EventCreated, Path: path},
+		Event{Type: EventChildrenChanged, Path: parentPath}), nil
+}
+
+// delete follows PrepRequestProcessor's delete case. Error precedence:
+// special or invalid path, parent, DELETE permission on the parent, node,
+// version, children.
+func (t *Tree) delete(txn *Txn, op *Op, zxid int64, events []Event) ([]Event, error) {
+	if isSpecialPath(op.Path) {
+		return events, fmt.Errorf("%w: %s cannot be deleted", ErrBadArguments, op.Path)
+	}
+	if err := validatePath(op.Path); err != nil {
+		return events, err
+	}
+	parentPath, name := splitPath(op.Path)
+	parent := t.nodes[parentPath]
+	if parent == nil {
+		return events, ErrNoNode
+	}
+	if !permitted(parent.acl.acl, PermDelete, txn.Auth) {
+		return events, ErrNoAuth
+	}
+	n := t.nodes[op.Path]
+	if n == nil {
+		return events, ErrNoNode
+	}
+	if op.Version != -1 && op.Version != n.stat.Version {
+		return events, ErrBadVersion
+	}
+	if n.stat.NumChildren > 0 {
+		return events, ErrNotEmpty
+	}
+	return t.deleteNode(op.Path, parent, parentPath, name, n, zxid, events), nil
+}
+
+// deleteNode removes a childless node. As in ZooKeeper 3.8's DataTree, the
+// parent's pzxid moves to zxid but its cversion is left alone: cversion
+// counts child creations, which keeps sequential names increasing.
+func (t *Tree) deleteNode(path string, parent *node, parentPath, name string, n *node, zxid int64, events []Event) []Event {
+	old := parent.stat
+	t.unlink(path, parent, name, n)
+	parent.stat.Pzxid = zxid
+	if parent.stat.EphemeralOwner == containerOwner && parent.stat.NumChildren == 0 {
+		t.emptied = append(t.emptied, parentPath)
+	}
+	t.record(func() {
+		// The retained ACL entry may have been forgotten meanwhile;
+		// link re-interns it.
+		t.link(path, parent, name, n)
+		parent.stat = old
+	})
+	return append(events,
+		Event{Type: EventDeleted, Path: path},
+		Event{Type: EventChildrenChanged, Path: parentPath})
+}
+
+// cleanContainers deletes the containers that lost their last child during
+// this transaction, cascading to container parents. ZooKeeper's
+// ContainerManager does the same from a timer (deleting containers that had
+// a child and now have none); doing it at the end of the transaction keeps
+// the state machine clock-free while letting a multi refill a container it
+// emptied.
+func (t *Tree) cleanContainers(zxid int64, events []Event) []Event {
+	for i := 0; i < len(t.emptied); i++ {
+		p := t.emptied[i]
+		n := t.nodes[p]
+		if n == nil || n.stat.EphemeralOwner != containerOwner || n.stat.NumChildren != 0 {
+			continue
+		}
+		parentPath, name := splitPath(p)
+		events = t.deleteNode(p, t.nodes[parentPath], parentPath, name, n, zxid, events)
+	}
+	clear(t.emptied)
+	t.emptied = t.emptied[:0]
+	return events
+}
+
+// setData follows PrepRequestProcessor's setData case: node, WRITE
+// permission, version.
+func (t *Tree) setData(txn *Txn, op *Op, r *OpResult, zxid int64, events []Event) ([]Event, error) {
+	if err := validatePath(op.Path); err != nil {
+		return events, err
+	}
+	n := t.nodes[op.Path]
+	if n == nil {
+		return events, ErrNoNode
+	}
+	if !permitted(n.acl.acl, PermWrite, txn.Auth) {
+		return events, ErrNoAuth
+	}
+	if op.Version != -1 && op.Version != n.stat.Version {
+		return events, ErrBadVersion
+	}
+	oldData, oldStat := n.data, n.stat
+	n.data = cloneBytes(op.Data)
+	t.dataSize += int64(len(n.data) - len(oldData))
+	n.stat.Version++
+	n.stat.Mzxid = zxid
+	n.stat.Mtime = txn.Time
+	n.stat.DataLength = int32(len(n.data))
+	t.record(func() {
+		t.dataSize += int64(len(oldData) - len(n.data))
+		n.data, n.stat = oldData, oldStat
+	})
+	r.Stat = n.stat
+	return append(events, Event{Type: EventDataChanged, Path: op.Path}), nil
+}
+
+// setACL follows PrepRequestProcessor's setACL case, where the ACL list is
+// checked before the node is looked up: ACL list, node, ADMIN permission,
+// aversion.
+func (t *Tree) setACL(txn *Txn, op *Op, r *OpResult) error {
+	if err := validatePath(op.Path); err != nil {
+		return err
+	}
+	acl, err := fixupACL(op.ACL, txn.Auth)
+	if err != nil {
+		return err
+	}
+	n := t.nodes[op.Path]
+	if n == nil {
+		return ErrNoNode
+	}
+	if !permitted(n.acl.acl, PermAdmin, txn.Auth) {
+		return ErrNoAuth
+	}
+	if op.Version != -1 && op.Version != n.stat.Aversion {
+		return ErrBadVersion
+	}
+	oldACL, oldStat := n.acl, n.stat
+	n.acl = t.retainACL(t.internACL(acl))
+	t.releaseACL(oldACL)
+	n.stat.Aversion++
+	t.record(func() {
+		t.releaseACL(n.acl)
+		n.acl = t.retainACL(oldACL)
+		n.stat = oldStat
+	})
+	r.Stat = n.stat
+	return nil
+}
+
+// check follows PrepRequestProcessor's check case: node, READ permission,
+// version.
+func (t *Tree) check(txn *Txn, op *Op) error {
+	if err := validatePath(op.Path); err != nil {
+		return err
+	}
+	return t.CheckVersion(op.Path, op.Version, txn.Auth)
+}

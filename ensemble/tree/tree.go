@@ -1,0 +1,366 @@
+// Package tree is coordrun's replicated state machine: the znode tree with
+// its stats and ACLs, and the sessions that own ephemeral nodes.
+//
+// Every replica applies the same transactions in the same order and must end
+// in the same state, so the package is strictly deterministic: it reads no
+// clock (each transaction carries the leader's timestamp), draws no random
+// numbers, never lets map iteration order leak into results, and does no I/O
+// beyond the io.Writer and io.Reader handed to the snapshot functions. The
+// zxid of a change is the raft log index of its entry, passed to Apply.
+//
+// Semantics follow Apache ZooKeeper 3.8: error precedence, stat updates,
+// sequential naming, ACL checks and multi atomicity match what its
+// PrepRequestProcessor and DataTree do, so that clients observe no
+// difference.
+//
+// A Tree is not safe for concurrent use. The raft FSM adapter guards it with
+// a sync.RWMutex: Apply, SetConfigData and ReadSnapshot's result installation
+// under the write lock, every other method (all read-only) under the read
+// lock.
+package tree
+
+import (
+	"math"
+	"slices"
+	"strings"
+)
+
+// Stat is a node's metadata, ZooKeeper's Stat record.
+type Stat struct {
+	Czxid          int64 // zxid of the create
+	Mzxid          int64 // zxid of the last setData
+	Ctime          int64 // ms since the epoch, of the create
+	Mtime          int64 // ms since the epoch, of the last setData
+	Version        int32 // number of setData
+	Cversion       int32 // number of child creates
+	Aversion       int32 // number of setACL
+	EphemeralOwner int64 // owning session, containerOwner, or 0
+	DataLength     int32
+	NumChildren    int32
+	Pzxid          int64 // zxid of the last child create or delete
+}
+
+// containerOwner is the EphemeralOwner ZooKeeper stores for container nodes
+// (EphemeralType.CONTAINER_EPHEMERAL_OWNER).
+const containerOwner int64 = math.MinInt64
+
+// isEphemeralOwner reports whether owner marks a session's ephemeral node.
+// Session ids are always positive, so containers (MinInt64) and persistent
+// nodes (0) are told apart from them.
+func isEphemeralOwner(owner int64) bool { return owner > 0 }
+
+type node struct {
+	data     []byte
+	acl      *aclEntry
+	stat     Stat
+	children map[string]struct{} // names, not paths; nil when empty
+}
+
+type session struct {
+	timeout    int32
+	password   []byte
+	ephemerals map[string]struct{} // paths
+}
+
+// SessionInfo describes a live session.
+type SessionInfo struct {
+	ID       int64
+	Timeout  int32 // negotiated timeout in ms
+	Password []byte
+}
+
+// Tree is the replicated state. The zero value is not usable; call New or
+// ReadSnapshot.
+type Tree struct {
+	nodes       map[string]*node
+	sessions    map[int64]*session
+	nextSession int64 // next session id to hand out; 0 until the first session
+	acls        map[string]*aclEntry
+	dataSize    int64 // sum over nodes of len(path)+len(data)
+	ephemerals  int   // number of session-owned nodes
+
+	// Per-Apply scratch space, reused to avoid allocation.
+	undo    []func()
+	logging bool
+	emptied []string // containers that lost a child during this txn
+}
+
+func newEmpty() *Tree {
+	return &Tree{
+		nodes:    make(map[string]*node),
+		sessions: make(map[int64]*session),
+		acls:     make(map[string]*aclEntry),
+	}
+}
+
+// New returns the initial state of every ensemble: "/", "/zookeeper",
+// "/zookeeper/quota" and "/zookeeper/config", all with zero stats. As in
+// ZooKeeper, /zookeeper/config is world-readable only and its Aversion is -1
+// (ZooKeeper installs its ACL through setACL with version -1), and the
+// initial links bump no cversion.
+func New() *Tree {
+	t := newEmpty()
+	root := &node{acl: t.retainACL(newACLEntry(OpenACL))}
+	t.nodes[rootPath] = root
+	t.dataSize = int64(len(rootPath))
+	for _, p := range []string{procPath, quotaPath, configPath} {
+		acl := OpenACL
+		if p == configPath {
+			acl = readACL
+		}
+		parent, name := splitPath(p)
+		n := &node{acl: newACLEntry(acl)}
+		if p == configPath {
+			n.stat.Aversion = -1
+		}
+		t.link(p, t.nodes[parent], name, n)
+	}
+	return t
+}
+
+// link inserts n at path under parent, maintaining the parent's child set
+// and NumChildren, the counters, ACL references and the owning session's
+// ephemeral set. It does not touch the parent's cversion or pzxid.
+func (t *Tree) link(path string, parent *node, name string, n *node) {
+	n.acl = t.retainACL(n.acl)
+	t.nodes[path] = n
+	if parent.children == nil {
+		parent.children = make(map[string]struct{})
+	}
+	parent.children[name] = struct{}{}
+	parent.stat.NumChildren++
+	t.dataSize += int64(len(path) + len(n.data))
+	if isEphemeralOwner(n.stat.EphemeralOwner) {
+		t.ephemerals++
+		if s := t.sessions[n.stat.EphemeralOwner]; s != nil {
+			s.ephemerals[path] = struct{}{}
+		}
+	}
+}
+
+// unlink is the exact inverse of link.
+func (t *Tree) unlink(path string, parent *node, name string, n *node) {
+	t.releaseACL(n.acl)
+	delete(t.nodes, path)
+	delete(parent.children, name)
+	if len(parent.children) == 0 {
+		parent.children = nil
+	}
+	parent.stat.NumChildren--
+	t.dataSize -= int64(len(path) + len(n.data))
+	if isEphemeralOwner(n.stat.EphemeralOwner) {
+		t.ephemerals--
+		if s := t.sessions[n.stat.EphemeralOwner]; s != nil {
+			delete(s.ephemerals, path)
+		}
+	}
+}
+
+// SetConfigData replaces the data of /zookeeper/config, through which the
+// member publishes the ensemble's membership to clients. It is not a client
+// write: it changes no version, zxid or mtime and produces no event, because
+// the membership is derived from raft's configuration rather than ordered by
+// zxid. Callers must invoke it identically on every replica (e.g. from the
+// FSM when a configuration entry is applied), or replicas will diverge. b is
+// copied.
+func (t *Tree) SetConfigData(b []byte) {
+	n := t.nodes[configPath]
+	t.dataSize += int64(len(b) - len(n.data))
+	n.data = cloneBytes(b)
+	n.stat.DataLength = int32(len(n.data))
+}
+
+func cloneBytes(b []byte) []byte {
+	if b == nil {
+		return nil
+	}
+	return append(make([]byte, 0, len(b)), b...)
+}
+
+// lookup finds a node for a read. Invalid paths simply do not exist.
+func (t *Tree) lookup(path string) (*node, error) {
+	if n := t.nodes[path]; n != nil {
+		return n, nil
+	}
+	return nil, ErrNoNode
+}
+
+// Get returns a node's data and stat; it needs READ. The returned slice is
+// shared with the tree and must not be modified; it stays valid after later
+// writes because the tree replaces data rather than mutating it.
+func (t *Tree) Get(path string, auth []Identity) ([]byte, Stat, error) {
+	n, err := t.lookup(path)
+	if err != nil {
+		return nil, Stat{}, err
+	}
+	if !permitted(n.acl.acl, PermRead, auth) {
+		return nil, Stat{}, ErrNoAuth
+	}
+	return n.data, n.stat, nil
+}
+
+// Exists returns a node's stat. Like ZooKeeper's exists it checks no ACL.
+func (t *Tree) Exists(path string) (Stat, error) {
+	n, err := t.lookup(path)
+	if err != nil {
+		return Stat{}, err
+	}
+	return n.stat, nil
+}
+
+// Children returns the sorted names of a node's children and its stat; it
+// needs READ.
+func (t *Tree) Children(path string, auth []Identity) ([]string, Stat, error) {
+	n, err := t.lookup(path)
+	if err != nil {
+		return nil, Stat{}, err
+	}
+	if !permitted(n.acl.acl, PermRead, auth) {
+		return nil, Stat{}, ErrNoAuth
+	}
+	names := make([]string, 0, len(n.children))
+	for name := range n.children {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	return names, n.stat, nil
+}
+
+// GetACL returns a copy of a node's ACL and its stat. As in ZooKeeper 3.8 it
+// needs READ or ADMIN, and a requester without ADMIN sees digest ids with
+// the password hash replaced by "x" ("bob:x"), so that READ alone does not
+// leak hashes that could be attacked offline.
+func (t *Tree) GetACL(path string, auth []Identity) ([]ACL, Stat, error) {
+	n, err := t.lookup(path)
+	if err != nil {
+		return nil, Stat{}, err
+	}
+	if !permitted(n.acl.acl, PermRead|PermAdmin, auth) {
+		return nil, Stat{}, ErrNoAuth
+	}
+	out := slices.Clone(n.acl.acl)
+	if !permitted(n.acl.acl, PermAdmin, auth) {
+		for i, a := range out {
+			if a.Scheme == schemeDigest {
+				if j := strings.IndexByte(a.ID, ':'); j >= 0 {
+					out[i].ID = a.ID[:j] + ":x"
+				}
+			}
+		}
+	}
+	return out, n.stat, nil
+}
+
+// CheckACL reports ErrNoNode if path is absent and ErrNoAuth if auth lacks
+// every bit of perm on it. The member uses it for requests whose permission
+// check is not built into a read method here, e.g. getAllChildrenNumber
+// (READ in ZooKeeper 3.8).
+func (t *Tree) CheckACL(path string, perm int32, auth []Identity) error {
+	n, err := t.lookup(path)
+	if err != nil {
+		return err
+	}
+	if !permitted(n.acl.acl, perm, auth) {
+		return ErrNoAuth
+	}
+	return nil
+}
+
+// CheckVersion evaluates a check op without applying it: ErrNoNode, then
+// ErrNoAuth without READ, then ErrBadVersion unless version is -1 or equals
+// the node's version.
+func (t *Tree) CheckVersion(path string, version int32, auth []Identity) error {
+	n, err := t.lookup(path)
+	if err != nil {
+		return err
+	}
+	if !permitted(n.acl.acl, PermRead, auth) {
+		return ErrNoAuth
+	}
+	if version != -1 && version != n.stat.Version {
+		return ErrBadVersion
+	}
+	return nil
+}
+
+// AllChildrenNumber counts all descendants of path (not path itself). For
+// "/" that is every node but the root, as in ZooKeeper.
+func (t *Tree) AllChildrenNumber(path string) (int, error) {
+	n, err := t.lookup(path)
+	if err != nil {
+		return 0, err
+	}
+	if path == rootPath {
+		return len(t.nodes) - 1, nil
+	}
+	return t.countDescendants(path, n), nil
+}
+
+func (t *Tree) countDescendants(path string, n *node) int {
+	c := len(n.children)
+	for name := range n.children {
+		child := joinPath(path, name)
+		c += t.countDescendants(child, t.nodes[child])
+	}
+	return c
+}
+
+// Ephemerals returns the sorted paths of the session's ephemeral nodes that
+// start with prefix. As in ZooKeeper, a prefix that is blank or "/" after
+// trimming spaces selects all of them.
+func (t *Tree) Ephemerals(sessionID int64, prefix string) []string {
+	s := t.sessions[sessionID]
+	if s == nil {
+		return nil
+	}
+	if p := strings.TrimSpace(prefix); p == "" || p == rootPath {
+		prefix = ""
+	}
+	out := make([]string, 0, len(s.ephemerals))
+	for p := range s.ephemerals {
+		if strings.HasPrefix(p, prefix) {
+			out = append(out, p)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// Session returns a live session. The password is a copy.
+func (t *Tree) Session(id int64) (SessionInfo, bool) {
+	s := t.sessions[id]
+	if s == nil {
+		return SessionInfo{}, false
+	}
+	return SessionInfo{ID: id, Timeout: s.timeout, Password: cloneBytes(s.password)}, true
+}
+
+// Sessions returns every live session, sorted by id.
+func (t *Tree) Sessions() []SessionInfo {
+	out := make([]SessionInfo, 0, len(t.sessions))
+	for id, s := range t.sessions {
+		out = append(out, SessionInfo{ID: id, Timeout: s.timeout, Password: cloneBytes(s.password)})
+	}
+	slices.SortFunc(out, func(a, b SessionInfo) int {
+		switch {
+		case a.ID < b.ID:
+			return -1
+		case a.ID > b.ID:
+			return 1
+		}
+		return 0
+	})
+	return out
+}
+
+// NodeCount returns the number of nodes, including "/" and the /zookeeper
+// nodes. (ZooKeeper's mntr counts the root twice because it is stored under
+// two keys; the member may add one for parity.)
+func (t *Tree) NodeCount() int { return len(t.nodes) }
+
+// EphemeralCount returns the number of session-owned ephemeral nodes.
+func (t *Tree) EphemeralCount() int { return t.ephemerals }
+
+// ApproximateDataSize returns the sum of path and data lengths over all
+// nodes, ZooKeeper's approximate_data_size.
+func (t *Tree) ApproximateDataSize() int64 { return t.dataSize }
