@@ -60,6 +60,7 @@ type Member struct {
 
 	ctx    context.Context
 	cancel context.CancelFunc
+	ready  chan struct{} // closed once raft and the client port are up
 	wg     sync.WaitGroup
 
 	connMu sync.Mutex
@@ -85,6 +86,7 @@ func Start(cfg Config) (*Member, error) {
 		track:  newSessionTracker(time.Now),
 		conns:  map[*conn]struct{}{},
 		bySess: map[int64]*conn{},
+		ready:  make(chan struct{}),
 	}
 	m.ctx, m.cancel = context.WithCancel(context.Background())
 	m.fsm.afterApply = m.afterApply
@@ -105,6 +107,7 @@ func Start(cfg Config) (*Member, error) {
 		}
 	}
 	m.client = ln
+	close(m.ready)
 	m.wg.Add(3)
 	go func() { defer m.wg.Done(); m.acceptClients() }()
 	go func() { defer m.wg.Done(); m.expireLoop() }()
@@ -526,6 +529,13 @@ func (m *Member) noteLive(id int64) uint64 {
 
 // servePeer answers member RPCs on the peer port.
 func (m *Member) servePeer(c net.Conn) {
+	// Peers may call before this member has finished starting.
+	select {
+	case <-m.ready:
+	case <-m.ctx.Done():
+		c.Close()
+		return
+	}
 	serveRPC(c, func(kind byte, payload []byte) func() (byte, []byte) {
 		switch kind {
 		case rpcPropose:

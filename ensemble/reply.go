@@ -2,6 +2,7 @@ package ensemble
 
 import (
 	"errors"
+	"math"
 
 	"github.com/coordrun/coordrun/ensemble/tree"
 	"github.com/coordrun/coordrun/ensemble/wire"
@@ -44,6 +45,11 @@ func codeOf(err error) wire.Code {
 }
 
 func statOf(s tree.Stat) wire.Stat {
+	if s.EphemeralOwner == math.MinInt64 {
+		// Containers are marked internally with a reserved owner, but
+		// ZooKeeper shows clients 0 for them.
+		s.EphemeralOwner = 0
+	}
 	return wire.Stat{
 		Czxid: s.Czxid, Mzxid: s.Mzxid, Ctime: s.Ctime, Mtime: s.Mtime,
 		Version: s.Version, Cversion: s.Cversion, Aversion: s.Aversion,
@@ -131,6 +137,11 @@ func appendWriteReply(e *wire.Encoder, op int32, types []int32, o *outcome) wire
 				continue
 			}
 			t := types[i]
+			if t == wire.OpCreate2 {
+				// ZooKeeper answers a create2 inside a multi as a plain
+				// create (path only); clients expect exactly that.
+				t = wire.OpCreate
+			}
 			mr.Results = append(mr.Results, wire.MultiResult{Type: t, Path: r.path, Stat: r.stat})
 		}
 		mr.Encode(e)

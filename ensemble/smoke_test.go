@@ -19,3 +19,21 @@ func TestSmokeSingle(t *testing.T) {
 		t.Fatalf("get: %q %+v %v", data, st, err)
 	}
 }
+
+func TestSmokeThree(t *testing.T) {
+	c := startCluster(t, 3)
+	for i := range c.members {
+		conn, _ := connect(t, []string{c.cfgs[i].ClientAddr}, 2*time.Second)
+		p, err := conn.Create("/n", []byte("x"), zk.FlagEphemeral|zk.FlagSequence, zk.WorldACL(zk.PermAll))
+		if err != nil {
+			t.Fatalf("member %d: create: %v", i, err)
+		}
+		data, _, err := conn.Get(p)
+		if err != nil || string(data) != "x" {
+			t.Fatalf("member %d: get %s: %q %v", i, p, data, err)
+		}
+		if _, err := conn.Sync("/"); err != nil {
+			t.Fatalf("sync: %v", err)
+		}
+	}
+}

@@ -36,29 +36,78 @@ func newEnsembleStatusCommand() *cobra.Command {
 			if len(servers) == 0 {
 				return usageError{fmt.Errorf("--servers is empty")}
 			}
-			var lastErr error
-			for _, s := range servers {
-				st, err := fetchStatus(s, v.GetDuration("timeout"))
-				if err != nil {
-					lastErr = err
-					continue
+			timeout := v.GetDuration("timeout")
+			wait := v.GetDuration("wait")
+			deadline := time.Now().Add(wait)
+			st, err := ensembleStatus(servers, timeout)
+			for wait > 0 && !healthy(st, err) && time.Now().Before(deadline) {
+				select {
+				case <-cmd.Context().Done():
+					return cmd.Context().Err()
+				case <-time.After(100 * time.Millisecond):
 				}
-				if v.GetBool("json") {
-					enc := json.NewEncoder(cmd.OutOrStdout())
-					enc.SetIndent("", "  ")
-					return enc.Encode(st)
-				}
-				printStatus(cmd.OutOrStdout(), st)
-				return nil
+				st, err = ensembleStatus(servers, timeout)
 			}
-			return usageError{fmt.Errorf("no member answered: %w", lastErr)}
+			if err != nil {
+				return usageError{err}
+			}
+			if v.GetBool("json") {
+				enc := json.NewEncoder(cmd.OutOrStdout())
+				enc.SetIndent("", "  ")
+				if err := enc.Encode(st); err != nil {
+					return err
+				}
+			} else {
+				printStatus(cmd.OutOrStdout(), st)
+			}
+			if wait > 0 && !healthy(st, nil) {
+				return fmt.Errorf("ensemble not healthy after %v", wait)
+			}
+			return nil
 		},
 	}
 	f := cmd.Flags()
 	f.String("servers", "127.0.0.1:2181", "client addresses of members to ask, host:port,...")
 	f.Bool("json", false, "print JSON")
 	f.Duration("timeout", 5*time.Second, "how long to wait for a member")
+	f.Duration("wait", 0, "wait up to this long for a healthy ensemble (every member up, one leader, all applied alike); exit 1 if it is not")
 	return cmd
+}
+
+// ensembleStatus asks the listed members in turn and prefers an answer
+// from one that knows the leader: a member just restarted may not yet.
+func ensembleStatus(servers []string, timeout time.Duration) (ensemble.Status, error) {
+	var first *ensemble.Status
+	var lastErr error
+	for _, s := range servers {
+		st, err := fetchStatus(s, timeout)
+		if err != nil {
+			lastErr = err
+			continue
+		}
+		if st.Leader != "" {
+			return st, nil
+		}
+		if first == nil {
+			first = &st
+		}
+	}
+	if first != nil {
+		return *first, nil
+	}
+	return ensemble.Status{}, fmt.Errorf("no member answered: %w", lastErr)
+}
+
+func healthy(st ensemble.Status, err error) bool {
+	if err != nil || st.Leader == "" || len(st.Members) == 0 {
+		return false
+	}
+	for _, m := range st.Members {
+		if m.Error != "" || m.Leader != st.Leader || m.AppliedIndex != st.Members[0].AppliedIndex {
+			return false
+		}
+	}
+	return true
 }
 
 func splitServers(s string) []string {

@@ -120,13 +120,13 @@ func (r *MultiRequest) Decode(d *Decoder) error {
 // MultiResult is the outcome of one operation of a multi. Which fields are
 // on the wire depends on Type:
 //
-//	OpCreate                                 Path
-//	OpCreate2, OpCreateContainer, OpCreateTTL Path, Stat
-//	OpDelete, OpCheck                        (none)
-//	OpSetData                                Stat
-//	OpGetData                                Data, Stat
-//	OpGetChildren                            Children
-//	OpError                                  Err
+//	OpCreate                                   Path
+//	OpCreate2, OpCreateContainer, OpCreateTTL  Path, Stat
+//	OpDelete, OpCheck                          (none)
+//	OpSetData                                  Stat
+//	OpGetData                                  Data, Stat
+//	OpGetChildren                              Children
+//	OpError                                    Err
 //
 // Err is also carried in every result's header, where ZooKeeper sends 0 for
 // successful operations.
