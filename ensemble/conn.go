@@ -235,7 +235,7 @@ type conn struct {
 type slot struct {
 	finish     func() []byte // the reply frame, or nil for none
 	arrived    time.Time
-	gen        uint64        // liveness generation the reply waits for
+	gen        uint64 // liveness generation the reply waits for
 	closeAfter bool
 }
 
@@ -983,4 +983,3 @@ func (c *conn) removeWatches(xid int32, remove bool, req *wire.RemoveWatchesRequ
 	}
 	return reply(xid, zxid, nil)
 }
-

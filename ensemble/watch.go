@@ -11,11 +11,11 @@ import (
 type watchKind uint8
 
 const (
-	watchData watchKind = iota // getData, or exists on a node that exists
-	watchExist                 // exists on a node that does not exist
-	watchChild                 // getChildren
-	watchPersistent            // addWatch PERSISTENT
-	watchRecursive             // addWatch PERSISTENT_RECURSIVE
+	watchData       watchKind = iota // getData, or exists on a node that exists
+	watchExist                       // exists on a node that does not exist
+	watchChild                       // getChildren
+	watchPersistent                  // addWatch PERSISTENT
+	watchRecursive                   // addWatch PERSISTENT_RECURSIVE
 	numWatchKinds
 )
 
