@@ -11,6 +11,7 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/coordrun/coordrun/ensemble/tree"
@@ -229,6 +230,10 @@ type conn struct {
 
 	done      chan struct{}
 	closeOnce sync.Once
+	// selfClose: the client asked to close its session; the sequencer
+	// sends the reply and then ends the connection, so the FSM must not
+	// end it first.
+	selfClose atomic.Bool
 }
 
 // slot is one request awaiting its reply, finished by the sequencer.
@@ -449,6 +454,7 @@ func (c *conn) start(hdr wire.RequestHeader, d *wire.Decoder) (slot, error) {
 	case wire.OpAuth:
 		return c.startAuth(xid, d)
 	case wire.OpCloseSession:
+		c.selfClose.Store(true)
 		wait := m.submit(&tree.Txn{Kind: tree.TxnCloseSession, Session: c.session})
 		return slot{closeAfter: true, finish: func() []byte {
 			p := wait(m.ctx)

@@ -273,7 +273,7 @@ func (m *Member) afterApply(txn *tree.Txn, res *tree.Result, zxid int64) {
 		m.connMu.Lock()
 		c := m.bySess[txn.Session]
 		m.connMu.Unlock()
-		if c != nil {
+		if c != nil && !c.selfClose.Load() {
 			c.sessionEnded(zxid)
 		}
 	}
