@@ -858,6 +858,9 @@ func (c *conn) readPath(xid, op int32, path string, auth []tree.Identity) []byte
 			}
 			(&wire.GetACLResponse{ACL: aclsOf(acl), Stat: statOf(st)}).Encode(e)
 		case wire.OpGetAllChildrenNumber:
+			if err := t.CheckACL(path, tree.PermRead, auth); err != nil {
+				return codeOf(err)
+			}
 			n, err := t.AllChildrenNumber(path)
 			if err != nil {
 				return codeOf(err)

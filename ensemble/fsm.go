@@ -112,17 +112,14 @@ func (f *fsm) waitApplied(ctx context.Context, index int64) error {
 	}
 }
 
-// Snapshot copies the tree under the read lock; writing it to disk then
-// happens without blocking applies.
+// Snapshot clones the tree under the read lock; serializing and writing it
+// to disk then happen in Persist without blocking applies.
 func (f *fsm) Snapshot() (raft.FSMSnapshot, error) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	var buf snapshotBuffer
-	binary.BigEndian.PutUint64(buf.hdr[:], uint64(f.applied.Load()))
-	if err := f.tree.WriteSnapshot(&buf); err != nil {
-		return nil, err
-	}
-	return &buf, nil
+	s := &fsmSnapshot{tree: f.tree.Clone()}
+	binary.BigEndian.PutUint64(s.hdr[:], uint64(f.applied.Load()))
+	return s, nil
 }
 
 func (f *fsm) Restore(rc io.ReadCloser) error {
@@ -147,27 +144,27 @@ func (f *fsm) Restore(rc io.ReadCloser) error {
 	return nil
 }
 
-// snapshotBuffer holds a serialized tree, prefixed by the applied zxid.
-type snapshotBuffer struct {
+// fsmSnapshot is a private copy of the tree and its applied zxid, written
+// to the snapshot store as the zxid followed by the tree's own format.
+type fsmSnapshot struct {
 	hdr  [8]byte
-	data []byte
+	tree *tree.Tree
 }
 
-func (b *snapshotBuffer) Write(p []byte) (int, error) {
-	b.data = append(b.data, p...)
-	return len(p), nil
-}
-
-func (b *snapshotBuffer) Persist(sink raft.SnapshotSink) error {
-	if _, err := sink.Write(b.hdr[:]); err != nil {
-		sink.Cancel()
-		return err
+func (s *fsmSnapshot) Persist(sink raft.SnapshotSink) error {
+	w := bufio.NewWriterSize(sink, 1<<20)
+	_, err := w.Write(s.hdr[:])
+	if err == nil {
+		err = s.tree.WriteSnapshot(w)
 	}
-	if _, err := sink.Write(b.data); err != nil {
+	if err == nil {
+		err = w.Flush()
+	}
+	if err != nil {
 		sink.Cancel()
 		return err
 	}
 	return sink.Close()
 }
 
-func (b *snapshotBuffer) Release() {}
+func (s *fsmSnapshot) Release() {}

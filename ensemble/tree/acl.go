@@ -61,6 +61,11 @@ const (
 // authenticated, and "super" has no provider); if there is none the list is
 // invalid.
 func fixupACL(acl []ACL, auth []Identity) ([]ACL, error) {
+	if len(acl) == 1 && acl[0].Scheme == schemeWorld && acl[0].ID == "anyone" {
+		// The common case, with nothing to check or expand. The caller
+		// copies the list before keeping it.
+		return acl, nil
+	}
 	uniq := make([]ACL, 0, len(acl))
 	for _, a := range acl {
 		dup := false
@@ -122,60 +127,66 @@ func validIPID(id string) bool {
 	return ok
 }
 
+// ipAddr is a parsed address: 4 bytes for IPv4, 16 for IPv6. A value type,
+// so that permission checks do not allocate.
+type ipAddr struct {
+	b [16]byte
+	n int
+}
+
 // parseIPExpr parses "addr" or "addr/bits". ZooKeeper 3.8 understands only
 // dotted IPv4 (each part a Java int in 0..255); IPv6 is accepted here as an
 // extension so that clients connecting over IPv6 can be matched too.
-func parseIPExpr(expr string) (addr []byte, bits int, ok bool) {
+func parseIPExpr(expr string) (addr ipAddr, bits int, ok bool) {
 	a, b, hasBits := strings.Cut(expr, "/")
-	addr = parseAddr(a)
-	if addr == nil {
-		return nil, 0, false
+	addr, ok = parseAddr(a)
+	if !ok {
+		return addr, 0, false
 	}
-	bits = len(addr) * 8
+	bits = addr.n * 8
 	if hasBits {
-		n, ok := parseJavaInt(b)
-		if !ok || n < 0 || n > len(addr)*8 {
-			return nil, 0, false
+		v, ok := parseJavaInt(b)
+		if !ok || v < 0 || v > addr.n*8 {
+			return addr, 0, false
 		}
-		bits = n
+		bits = v
 	}
 	return addr, bits, true
 }
 
-func parseAddr(s string) []byte {
-	if b := parseV4(s); b != nil {
-		return b
+func parseAddr(s string) (ipAddr, bool) {
+	if a, ok := parseV4(s); ok {
+		return a, true
 	}
 	if strings.Contains(s, ":") {
 		if a, err := netip.ParseAddr(s); err == nil && a.Is6() && a.Zone() == "" {
-			b := a.As16()
-			return b[:]
+			return ipAddr{b: a.As16(), n: 16}, true
 		}
 	}
-	return nil
+	return ipAddr{}, false
 }
 
 // parseV4 mirrors IPAuthenticationProvider.v4addr2Bytes.
-func parseV4(s string) []byte {
-	var out [4]byte
+func parseV4(s string) (ipAddr, bool) {
+	out := ipAddr{n: 4}
 	for i := range 4 {
 		part := s
 		if i < 3 {
 			j := strings.IndexByte(s, '.')
 			if j < 0 {
-				return nil
+				return ipAddr{}, false
 			}
 			part, s = s[:j], s[j+1:]
 		} else if strings.IndexByte(s, '.') >= 0 {
-			return nil
+			return ipAddr{}, false
 		}
 		v, ok := parseJavaInt(part)
 		if !ok || v < 0 || v > 255 {
-			return nil
+			return ipAddr{}, false
 		}
-		out[i] = byte(v)
+		out.b[i] = byte(v)
 	}
-	return out[:]
+	return out, true
 }
 
 // parseJavaInt accepts what Integer.parseInt accepts for ASCII input: an
@@ -216,11 +227,11 @@ func ipMatches(id, expr string) bool {
 	if !ok {
 		return false
 	}
-	remote := parseAddr(id)
-	if remote == nil || len(remote) != len(acl) {
+	remote, ok := parseAddr(id)
+	if !ok || remote.n != acl.n {
 		return false
 	}
-	for i := range acl {
+	for i := range acl.n {
 		m := byte(0xff)
 		switch {
 		case bits >= (i+1)*8:
@@ -229,7 +240,7 @@ func ipMatches(id, expr string) bool {
 		default:
 			m = ^byte(0xff >> (bits - i*8))
 		}
-		if acl[i]&m != remote[i]&m {
+		if acl.b[i]&m != remote.b[i]&m {
 			return false
 		}
 	}
@@ -287,11 +298,10 @@ type aclEntry struct {
 // aclKey is an unambiguous encoding of an ACL list, used as the intern key
 // and for equality.
 func aclKey(acl []ACL) string {
-	n := 0
-	for _, a := range acl {
-		n += 4 + 2*binary.MaxVarintLen64 + len(a.Scheme) + len(a.ID)
-	}
-	b := make([]byte, 0, n)
+	return string(appendACLKey(nil, acl))
+}
+
+func appendACLKey(b []byte, acl []ACL) []byte {
 	for _, a := range acl {
 		b = binary.BigEndian.AppendUint32(b, uint32(a.Perms))
 		b = binary.AppendUvarint(b, uint64(len(a.Scheme)))
@@ -299,7 +309,7 @@ func aclKey(acl []ACL) string {
 		b = binary.AppendUvarint(b, uint64(len(a.ID)))
 		b = append(b, a.ID...)
 	}
-	return string(b)
+	return b
 }
 
 func newACLEntry(acl []ACL) *aclEntry {
@@ -331,9 +341,10 @@ func (t *Tree) releaseACL(e *aclEntry) {
 // internACL returns the live entry for acl without taking a reference, or a
 // new unreferenced one; pass the result to retainACL when a node adopts it.
 func (t *Tree) internACL(acl []ACL) *aclEntry {
-	key := aclKey(acl)
-	if cur, ok := t.acls[key]; ok {
+	var buf [128]byte
+	key := appendACLKey(buf[:0], acl)
+	if cur, ok := t.acls[string(key)]; ok { // no allocation for the lookup
 		return cur
 	}
-	return &aclEntry{key: key, acl: append([]ACL(nil), acl...)}
+	return &aclEntry{key: string(key), acl: append([]ACL(nil), acl...)}
 }

@@ -577,6 +577,9 @@ func TestRandomAgainstModel(t *testing.T) {
 				}
 			}
 			t.Logf("outcomes: %v; containers swept %d; final nodes %d, sessions %d", stats, g.m.swept, tr.NodeCount(), len(tr.Sessions()))
+			if testing.Short() {
+				return // too few steps to insist on covering every outcome
+			}
 			if g.m.swept == 0 {
 				t.Error("no container was ever swept")
 			}

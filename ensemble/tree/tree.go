@@ -14,12 +14,13 @@
 // difference.
 //
 // A Tree is not safe for concurrent use. The raft FSM adapter guards it with
-// a sync.RWMutex: Apply, SetConfigData and ReadSnapshot's result installation
-// under the write lock, every other method (all read-only) under the read
-// lock.
+// a sync.RWMutex: Apply and SetConfigData (and swapping in a tree returned by
+// ReadSnapshot) under the write lock; every other method only reads and may
+// run under the read lock, WriteSnapshot included.
 package tree
 
 import (
+	"maps"
 	"math"
 	"slices"
 	"strings"
@@ -70,7 +71,8 @@ type SessionInfo struct {
 }
 
 // Tree is the replicated state. The zero value is not usable; call New or
-// ReadSnapshot.
+// ReadSnapshot. It is not safe for concurrent use; see the package comment
+// for the locking the caller must provide.
 type Tree struct {
 	nodes       map[string]*node
 	sessions    map[int64]*session
@@ -364,3 +366,32 @@ func (t *Tree) EphemeralCount() int { return t.ephemerals }
 // ApproximateDataSize returns the sum of path and data lengths over all
 // nodes, ZooKeeper's approximate_data_size.
 func (t *Tree) ApproximateDataSize() int64 { return t.dataSize }
+
+// Clone returns an independent copy of the tree. It lets the FSM adapter
+// take a raft snapshot quickly under the read lock and write it out
+// (WriteSnapshot) while Apply goes on. Node data and passwords are shared,
+// which is safe because the tree replaces them rather than modifying them.
+func (t *Tree) Clone() *Tree {
+	c := &Tree{
+		nodes:       make(map[string]*node, len(t.nodes)),
+		sessions:    make(map[int64]*session, len(t.sessions)),
+		nextSession: t.nextSession,
+		acls:        make(map[string]*aclEntry, len(t.acls)),
+		dataSize:    t.dataSize,
+		ephemerals:  t.ephemerals,
+	}
+	for k, e := range t.acls {
+		c.acls[k] = &aclEntry{key: e.key, acl: e.acl, refs: e.refs}
+	}
+	for p, n := range t.nodes {
+		nn := &node{data: n.data, acl: c.acls[n.acl.key], stat: n.stat}
+		if n.children != nil {
+			nn.children = maps.Clone(n.children)
+		}
+		c.nodes[p] = nn
+	}
+	for id, s := range t.sessions {
+		c.sessions[id] = &session{timeout: s.timeout, password: s.password, ephemerals: maps.Clone(s.ephemerals)}
+	}
+	return c
+}
