@@ -8,13 +8,10 @@ package ensemble
 
 import (
 	"bufio"
-	"context"
 	"errors"
-	"fmt"
 	"io"
 	"net"
 	"slices"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -41,7 +38,34 @@ func (e *confEnv) addr(i int) string { return e.c.cfgs[i%e.n].ClientAddr }
 // client connects a go-zookeeper session to member i only.
 func (e *confEnv) client(t testing.TB, i int) *zk.Conn {
 	t.Helper()
-	conn, _ := connect(t, []string{e.addr(i)}, confSessionTimeout)
+	return dialZK(t, []string{e.addr(i)}, nil, false)
+}
+
+func sliceOf[T any](xs ...T) []T { return xs }
+
+// dialZK connects a go-zookeeper session and waits until it has one. cb,
+// when set, receives every event. Unless bigBuffers, go-zookeeper's send
+// and receive buffers are cut from 1.5 MiB each to 256 KiB: the suite runs
+// many clients at once.
+func dialZK(t testing.TB, servers []string, cb func(zk.Event), bigBuffers bool) *zk.Conn {
+	t.Helper()
+	opts := sliceOf(zk.WithLogger(quietLogger{}), zk.WithEventCallback(cb))
+	if !bigBuffers {
+		opts = append(opts, zk.WithMaxBufferSize(256<<10), zk.WithMaxConnBufferSize(256<<10))
+	}
+	conn, events, err := zk.Connect(servers, confSessionTimeout, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(conn.Close)
+	// Drain the channel so that go-zookeeper never has to drop.
+	go func() {
+		for range events {
+		}
+	}()
+	waitFor(t, 10*time.Second, "a go-zookeeper session", func() bool {
+		return conn.State() == zk.StateHasSession
+	})
 	return conn
 }
 
@@ -63,26 +87,11 @@ func (e *confEnv) recorder(t testing.TB, i int) *recorder {
 func dialRecorder(t testing.TB, servers []string) *recorder {
 	t.Helper()
 	r := &recorder{}
-	conn, events, err := zk.Connect(servers, confSessionTimeout,
-		zk.WithLogger(quietLogger{}),
-		zk.WithEventCallback(func(ev zk.Event) {
-			r.mu.Lock()
-			r.evs = append(r.evs, ev)
-			r.mu.Unlock()
-		}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	r.Conn = conn
-	t.Cleanup(conn.Close)
-	// Drain the channel so that go-zookeeper never has to drop.
-	go func() {
-		for range events {
-		}
-	}()
-	waitFor(t, 10*time.Second, "a go-zookeeper session", func() bool {
-		return conn.State() == zk.StateHasSession
-	})
+	r.Conn = dialZK(t, servers, func(ev zk.Event) {
+		r.mu.Lock()
+		r.evs = append(r.evs, ev)
+		r.mu.Unlock()
+	}, false)
 	return r
 }
 
@@ -203,6 +212,10 @@ type rawClient struct {
 	xid      int32
 	lastZxid int64
 	resp     wire.ConnectResponse
+	// keepAlive: while waiting for a reply, ping this often, as a real
+	// client does (a third of the session timeout), so that a slow reply
+	// does not look like a silent client. Zero: never.
+	keepAlive time.Duration
 }
 
 func rawDial(t testing.TB, addr string) net.Conn {
@@ -249,6 +262,7 @@ func rawSession(t testing.TB, addr string, timeout time.Duration) *rawClient {
 	if c.resp.SessionID == 0 || c.resp.Timeout <= 0 {
 		t.Fatalf("new session refused: %+v", c.resp)
 	}
+	c.keepAlive = time.Duration(c.resp.Timeout) * time.Millisecond / 3
 	return c
 }
 
@@ -278,12 +292,39 @@ func (c *rawClient) sendXid(xid, op int32, body wire.Record) int32 {
 	return xid
 }
 
-// recv reads the reply to xid, skipping watch notifications. err is set
-// when the connection ended first.
+// pingFrame is a complete ping request.
+var pingFrame = func() []byte {
+	e := wire.NewFrameEncoder(nil)
+	(&wire.RequestHeader{Xid: wire.XidPing, Opcode: wire.OpPing}).Encode(e)
+	return e.Frame()
+}()
+
+// recv reads the reply to xid, skipping watch notifications (and the
+// replies to keep-alive pings). err is set when the connection ended first.
 func (c *rawClient) recv(xid int32) (wire.ReplyHeader, *wire.Decoder, error) {
 	c.t.Helper()
 	_ = c.nc.SetReadDeadline(time.Now().Add(15 * time.Second))
 	defer c.nc.SetReadDeadline(time.Time{})
+	if c.keepAlive > 0 {
+		stop, done := make(chan struct{}), make(chan struct{})
+		go func() {
+			defer close(done)
+			tick := time.NewTicker(c.keepAlive)
+			defer tick.Stop()
+			for {
+				select {
+				case <-stop:
+					return
+				case <-tick.C:
+					_ = c.nc.SetWriteDeadline(time.Now().Add(10 * time.Second))
+					if _, err := c.nc.Write(pingFrame); err != nil {
+						return
+					}
+				}
+			}
+		}()
+		defer func() { close(stop); <-done }()
+	}
 	for {
 		frame, err := wire.ReadFrame(c.r, nil, rawMaxFrame)
 		if err != nil {
@@ -298,7 +339,7 @@ func (c *rawClient) recv(xid int32) (wire.ReplyHeader, *wire.Decoder, error) {
 		if err := h.Decode(d); err != nil {
 			c.t.Fatalf("bad reply header: %v", err)
 		}
-		if h.Xid == wire.XidNotification {
+		if h.Xid == wire.XidNotification || h.Xid == wire.XidPing && xid != wire.XidPing {
 			continue
 		}
 		if h.Xid != xid {
@@ -381,19 +422,20 @@ func syncRead(t testing.TB, c *zk.Conn, path string) {
 // as nil (e.g. NodeExists for a create).
 func retry(t testing.TB, what string, f func() error) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	var err error
-	waitFor(t, 20*time.Second, what, func() bool {
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	deadline := time.Now().Add(20 * time.Second)
+	err := f()
+	for err != nil && time.Now().Before(deadline) {
+		<-tick.C
 		err = f()
-		return err == nil || ctx.Err() != nil
-	})
+	}
 	if err != nil {
 		t.Fatalf("%s: %v", what, err)
 	}
 }
 
-func leaderMode(s string) bool {
+func validMode(s string) bool {
 	return s == "leader" || s == "follower" || s == "standalone"
 }
 
@@ -403,6 +445,3 @@ func must(t testing.TB, what string, err error) {
 		t.Fatalf("%s: %v", what, err)
 	}
 }
-
-var _ = fmt.Sprint
-var _ = strings.TrimSpace

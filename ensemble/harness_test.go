@@ -58,9 +58,11 @@ func startCluster(t *testing.T, n int, tweak ...func(*Config)) *cluster {
 			ClientAddr:        cls[i].Addr().String(),
 			Peers:             peers,
 			MinSessionTimeout: 500 * time.Millisecond,
-			HeartbeatTimeout:  300 * time.Millisecond,
-			ElectionTimeout:   300 * time.Millisecond,
-			Logger:            testLogger(t).With("m", i+1),
+			// Generous for a loaded CI machine under -race: shorter
+			// timeouts caused spurious elections there.
+			HeartbeatTimeout: time.Second,
+			ElectionTimeout:  time.Second,
+			Logger:           testLogger(t).With("m", i+1),
 		}
 		for _, f := range tweak {
 			f(&cfg)

@@ -52,7 +52,10 @@ func statOf(s tree.Stat) wire.Stat {
 	}
 	return wire.Stat{
 		Czxid: s.Czxid, Mzxid: s.Mzxid, Ctime: s.Ctime, Mtime: s.Mtime,
-		Version: s.Version, Cversion: s.Cversion, Aversion: s.Aversion,
+		// The tree counts child creations (sequence numbers come from
+		// that); clients see ZooKeeper's cversion, which also counts
+		// deletions: creations*2 - children.
+		Version: s.Version, Cversion: 2*s.Cversion - s.NumChildren, Aversion: s.Aversion,
 		EphemeralOwner: s.EphemeralOwner, DataLength: s.DataLength,
 		NumChildren: s.NumChildren, Pzxid: s.Pzxid,
 	}
