@@ -119,6 +119,9 @@ func (m *Member) handshake(nc net.Conn, req *wire.ConnectRequest) (*conn, []byte
 		timeout = m.negotiate(req.Timeout)
 		txn := &tree.Txn{Kind: tree.TxnCreateSession, Timeout: int32(timeout / time.Millisecond)}
 		p := m.submit(txn)(ctx)
+		if p.err == nil {
+			p.err = m.fsm.waitApplied(ctx, p.index)
+		}
 		if p.err != nil {
 			m.log.Info("session create failed", "remote", remote, "err", p.err)
 			return nil, nil, false
@@ -230,6 +233,12 @@ type conn struct {
 
 	done      chan struct{}
 	closeOnce sync.Once
+	// lastWrite is the zxid of the session's latest acknowledged write
+	// here. Reads wait until this member has applied it (read your
+	// writes), and no reply carries a lower zxid, so a client that
+	// reconnects is never accepted by a member behind its own writes.
+	// Only the sequencer writes it.
+	lastWrite atomic.Int64
 	// selfClose: the client asked to close its session; the sequencer
 	// sends the reply and then ends the connection, so the FSM must not
 	// end it first.
@@ -239,6 +248,7 @@ type conn struct {
 // slot is one request awaiting its reply, finished by the sequencer.
 type slot struct {
 	finish     func() []byte // the reply frame, or nil for none
+	read       bool          // finish reads state: wait for the session's writes first
 	arrived    time.Time
 	gen        uint64 // liveness generation the reply waits for
 	closeAfter bool
@@ -350,6 +360,15 @@ func (c *conn) notify(ev wire.WatcherEvent, zxid int64) {
 
 func (c *conn) sequence() {
 	for s := range c.slots {
+		if w := c.lastWrite.Load(); s.read && c.m.fsm.applied.Load() < w {
+			ctx, cancel := context.WithTimeout(c.m.ctx, c.timeout)
+			err := c.m.fsm.waitApplied(ctx, w)
+			cancel()
+			if err != nil {
+				c.close()
+				continue
+			}
+		}
 		frame := s.finish()
 		if s.gen != 0 {
 			ctx, cancel := context.WithTimeout(c.m.ctx, c.timeout)
@@ -368,6 +387,13 @@ func (c *conn) sequence() {
 			case <-c.done:
 				continue
 			default:
+			}
+			// No reply may carry a zxid below the session's own writes
+			// (clients keep the last zxid they saw for reconnecting).
+			if len(frame) >= 16 {
+				if z := c.lastWrite.Load(); int64(binary.BigEndian.Uint64(frame[8:16])) < z {
+					binary.BigEndian.PutUint64(frame[8:16], uint64(z))
+				}
 			}
 			c.push(frame)
 			c.m.stats.observe(time.Since(s.arrived))
@@ -450,7 +476,7 @@ func (c *conn) start(hdr wire.RequestHeader, d *wire.Decoder) (slot, error) {
 	m := c.m
 	switch op {
 	case wire.OpPing:
-		return slot{finish: func() []byte { return reply(xid, m.fsm.applied.Load(), nil) }}, nil
+		return slot{finish: func() []byte { return reply(xid, c.zxid(), nil) }}, nil
 	case wire.OpAuth:
 		return c.startAuth(xid, d)
 	case wire.OpCloseSession:
@@ -493,7 +519,7 @@ func (c *conn) start(hdr wire.RequestHeader, d *wire.Decoder) (slot, error) {
 		if err := d.Err(); err != nil {
 			return slot{}, err
 		}
-		return slot{finish: read}, nil
+		return slot{finish: read, read: true}, nil
 	}
 	if err := d.Err(); err != nil {
 		return slot{}, err
@@ -679,12 +705,22 @@ func (c *conn) startWrite(xid, op int32, d *wire.Decoder) (slot, error) {
 		ctx, cancel := context.WithTimeout(m.ctx, 2*c.timeout)
 		defer cancel()
 		p := wait(ctx)
+		if p.err == nil && m.fsm.applied.Load() < p.index && m.watch.hasAny(c) {
+			// This connection has watches: notifications of everything
+			// up to this write must reach it before the reply does, so
+			// wait until the write is applied here. Without watches the
+			// reply can go at once; later reads wait (see lastWrite).
+			p.err = m.fsm.waitApplied(ctx, p.index)
+		}
 		if p.err != nil {
 			// Unknown outcome: only a lost connection tells the client
 			// that honestly.
 			m.log.Info("write failed; closing client", "remote", c.remote, "err", p.err)
 			c.close()
 			return nil
+		}
+		if p.index > c.lastWrite.Load() {
+			c.lastWrite.Store(p.index)
 		}
 		return reply(xid, p.index, func(e *wire.Encoder) wire.Code {
 			return appendWriteReply(e, op, types, &p.out)
@@ -991,4 +1027,9 @@ func (c *conn) removeWatches(xid int32, remove bool, req *wire.RemoveWatchesRequ
 		return errorReply(xid, zxid, wire.ErrNoWatcher)
 	}
 	return reply(xid, zxid, nil)
+}
+
+// zxid is the zxid a reply that reads no particular state carries.
+func (c *conn) zxid() int64 {
+	return max(c.m.fsm.applied.Load(), c.lastWrite.Load())
 }

@@ -428,11 +428,8 @@ func (m *Member) submit(txn *tree.Txn) func(ctx context.Context) proposal {
 		if err != nil {
 			return proposal{err: err}
 		}
-		// Answer only once this member has applied the write, so the
-		// session's next read here sees it and watches fired first.
-		if err := m.fsm.waitApplied(ctx, p.index); err != nil {
-			return proposal{err: fmt.Errorf("%w: %v", ErrUncertain, err)}
-		}
+		// The write is committed but may not be applied here yet; the
+		// caller decides whether its reply must wait for that.
 		return p
 	}
 }

@@ -113,6 +113,13 @@ func (w *watchManager) removeOwner(o watcher) {
 	}
 }
 
+// hasAny reports whether o has any watch registered.
+func (w *watchManager) hasAny(o watcher) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.byOwner[o]) > 0
+}
+
 func (w *watchManager) count() int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
