@@ -352,6 +352,7 @@ func (c *conn) writeLoop() {
 }
 
 func (c *conn) notify(ev wire.WatcherEvent, zxid int64) {
+	c.m.stats.notifications.Add(1)
 	e := wire.NewFrameEncoder(nil)
 	(&wire.ReplyHeader{Xid: wire.XidNotification, Zxid: zxid}).Encode(e)
 	ev.Encode(e)

@@ -128,6 +128,7 @@ func (m *Member) mntr() string {
 		{"zk_approximate_data_size", strconv.FormatInt(size, 10)},
 		{"zk_global_sessions", strconv.Itoa(m.track.count())},
 		{"zk_last_zxid", strconv.FormatInt(m.fsm.applied.Load(), 10)},
+		{"coordrun_watch_notifications", strconv.FormatInt(m.stats.notifications.Load(), 10)},
 	}
 	if m.IsLeader() {
 		peers := len(m.cfg.Peers)

@@ -13,6 +13,9 @@ type serverStats struct {
 	connections atomic.Int64
 	reads       atomic.Int64
 	writes      atomic.Int64
+	// notifications counts watch events sent to clients; the herd
+	// effect of a lock recipe shows here.
+	notifications atomic.Int64
 
 	latMu    sync.Mutex
 	latMin   time.Duration
