@@ -31,5 +31,6 @@ require (
 	go.etcd.io/bbolt v1.3.5 // indirect
 	go.yaml.in/yaml/v3 v3.0.4 // indirect
 	golang.org/x/sys v0.29.0 // indirect
+	golang.org/x/term v0.28.0 // indirect
 	golang.org/x/text v0.28.0 // indirect
 )

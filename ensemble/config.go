@@ -80,7 +80,17 @@ const (
 	defaultMaxData           = 1 << 20
 )
 
+// ErrConfig marks an invalid Config.
+var ErrConfig = errors.New("invalid member configuration")
+
 func (c *Config) setDefaults() error {
+	if err := c.fillDefaults(); err != nil {
+		return fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	return nil
+}
+
+func (c *Config) fillDefaults() error {
 	if c.ID == "" {
 		return errors.New("member id is required")
 	}

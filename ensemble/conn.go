@@ -134,27 +134,46 @@ func (m *Member) handshake(nc net.Conn, req *wire.ConnectRequest) (*conn, []byte
 	s, found := m.fsm.tree.Session(resp.SessionID)
 	m.fsm.mu.RUnlock()
 	if !found || (req.SessionID != 0 && !equalBytes(s.Password, req.Passwd)) {
-		// Expired or unknown session, or a wrong password: ZooKeeper
-		// answers with a zero timeout and session id, then closes.
-		resp = wire.ConnectResponse{Passwd: make([]byte, 16), HasReadOnly: req.HasReadOnly}
-		return nil, encodeFrame(&resp), false
+		return nil, expiredReply(req), false
 	}
 	timeout = time.Duration(s.Timeout) * time.Millisecond
 	resp.Timeout = s.Timeout
 	resp.Passwd = s.Password
 	c := newConn(m, nc, resp.SessionID, timeout)
+	// Register first: a session that ends from here on finds the
+	// connection and closes it.
+	m.register(c)
 	// The connect reply is a lease proof like any other reply.
 	if g := m.noteLive(c.session); g != 0 {
 		wctx, wcancel := context.WithTimeout(ctx, timeout)
-		err := m.relay.wait(wctx, g)
+		err := m.relay.wait(wctx, g, c.session)
 		wcancel()
+		if errors.Is(err, errSessionGone) {
+			m.unregister(c)
+			return nil, expiredReply(req), false
+		}
 		if err != nil {
+			m.unregister(c)
 			m.log.Info("no leader acknowledged the session; refusing", "remote", remote)
 			return nil, nil, false
 		}
 	}
-	m.register(c)
+	m.fsm.mu.RLock()
+	_, alive := m.fsm.tree.Session(resp.SessionID)
+	m.fsm.mu.RUnlock()
+	if !alive {
+		m.unregister(c)
+		return nil, expiredReply(req), false
+	}
 	return c, encodeFrame(&resp), true
+}
+
+// expiredReply is the answer to a connect for an expired or unknown
+// session, or with a wrong password: as ZooKeeper does, a zero timeout and
+// session id, after which the connection closes.
+func expiredReply(req *wire.ConnectRequest) []byte {
+	resp := wire.ConnectResponse{Passwd: make([]byte, 16), HasReadOnly: req.HasReadOnly}
+	return encodeFrame(&resp)
 }
 
 func (m *Member) negotiate(requested int32) time.Duration {
@@ -373,7 +392,7 @@ func (c *conn) sequence() {
 		frame := s.finish()
 		if s.gen != 0 {
 			ctx, cancel := context.WithTimeout(c.m.ctx, c.timeout)
-			err := c.m.relay.wait(ctx, s.gen)
+			err := c.m.relay.wait(ctx, s.gen, c.session)
 			cancel()
 			if err != nil {
 				// No leader heard of this session in a whole timeout: a

@@ -482,44 +482,59 @@ func (m *Member) readIndex(ctx context.Context) (int64, error) {
 	return int64(binary.BigEndian.Uint64(payload)), nil
 }
 
-// sendTouch relays session liveness to the leader (or records it here).
-func (m *Member) sendTouch(ctx context.Context, ids []int64) error {
+// sendTouch relays session liveness to the leader (or records it here)
+// and returns the sessions the leader does not consider alive.
+func (m *Member) sendTouch(ctx context.Context, ids []int64) ([]int64, error) {
 	if m.IsLeader() {
+		var dead []int64
 		for _, id := range ids {
-			m.track.touch(id)
+			if !m.track.touch(id) {
+				dead = append(dead, id)
+			}
 		}
-		return nil
+		return dead, nil
 	}
 	addr, err := m.leaderAddr()
 	if err != nil {
-		return err
+		return nil, err
 	}
 	rc, err := m.pool.get(addr)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	payload := make([]byte, 8*len(ids))
-	for i, id := range ids {
-		binary.BigEndian.PutUint64(payload[8*i:], uint64(id))
-	}
-	kind, resp, err := rc.call(ctx, rpcTouch, payload)
+	kind, resp, err := rc.call(ctx, rpcTouch, encodeIDs(ids))
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if kind != rpcTouch {
-		return errors.New(rpcErrorText(kind, resp))
+		return nil, errors.New(rpcErrorText(kind, resp))
 	}
-	return nil
+	return decodeIDs(resp), nil
+}
+
+func encodeIDs(ids []int64) []byte {
+	b := make([]byte, 8*len(ids))
+	for i, id := range ids {
+		binary.BigEndian.PutUint64(b[8*i:], uint64(id))
+	}
+	return b
+}
+
+func decodeIDs(b []byte) []int64 {
+	ids := make([]int64, 0, len(b)/8)
+	for i := 0; i+8 <= len(b); i += 8 {
+		ids = append(ids, int64(binary.BigEndian.Uint64(b[i:])))
+	}
+	return ids
 }
 
 // noteLive records that a client's session was heard from now and returns
 // the relay generation a reply must wait for (0: no wait, this member
-// leads and recorded it itself).
+// leads and recorded it itself). A session the leader holds dead goes
+// through the relay too, whose wait then reports it gone.
 func (m *Member) noteLive(id int64) uint64 {
-	if m.IsLeader() {
-		if m.track.touch(id) {
-			return 0
-		}
+	if m.IsLeader() && m.track.touch(id) {
+		return 0
 	}
 	return m.relay.note(id)
 }
@@ -542,10 +557,13 @@ func (m *Member) servePeer(c net.Conn) {
 				if !m.IsLeader() {
 					return rpcError, []byte("not leader")
 				}
-				for i := 0; i+8 <= len(payload); i += 8 {
-					m.track.touch(int64(binary.BigEndian.Uint64(payload[i:])))
+				var dead []int64
+				for _, id := range decodeIDs(payload) {
+					if !m.track.touch(id) {
+						dead = append(dead, id)
+					}
 				}
-				return rpcTouch, nil
+				return rpcTouch, encodeIDs(dead)
 			}
 		case rpcReadIndex:
 			return func() (byte, []byte) {

@@ -2,6 +2,7 @@ package ensemble
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 )
@@ -42,12 +43,13 @@ func (t *sessionTracker) remove(id int64) {
 }
 
 // touch records that the session was heard from now. It reports whether
-// the session is known.
+// the session is alive: false for an unknown session and for one whose
+// expiry is already under way, which no late packet may revive.
 func (t *sessionTracker) touch(id int64) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	s := t.sessions[id]
-	if s == nil {
+	if s == nil || s.expiring {
 		return false
 	}
 	if d := t.now().Add(s.timeout); d.After(s.deadline) {
@@ -135,7 +137,9 @@ func (t *sessionTracker) count() int {
 //
 // Safe for concurrent use.
 type livenessRelay struct {
-	send func(ctx context.Context, ids []int64) error // to the leader
+	// send delivers a batch to the leader and returns the sessions it
+	// does not consider alive.
+	send func(ctx context.Context, ids []int64) (dead []int64, err error)
 
 	mu      sync.Mutex
 	pending map[int64]struct{}
@@ -143,11 +147,17 @@ type livenessRelay struct {
 	acked   uint64 // highest generation the leader acknowledged
 	ackCh   chan struct{}
 	kick    chan struct{}
+	dead    map[int64]struct{} // sessions the leader refused
 }
 
-func newLivenessRelay(send func(ctx context.Context, ids []int64) error) *livenessRelay {
+// errSessionGone: the leader does not know the session (expired or
+// expiring); the member must not answer for it.
+var errSessionGone = errors.New("session unknown to the leader")
+
+func newLivenessRelay(send func(ctx context.Context, ids []int64) ([]int64, error)) *livenessRelay {
 	return &livenessRelay{
 		send:    send,
+		dead:    map[int64]struct{}{},
 		pending: map[int64]struct{}{},
 		gen:     1,
 		ackCh:   make(chan struct{}),
@@ -169,10 +179,15 @@ func (r *livenessRelay) note(id int64) uint64 {
 	return g
 }
 
-// wait blocks until generation g has been acknowledged.
-func (r *livenessRelay) wait(ctx context.Context, g uint64) error {
+// wait blocks until generation g has been acknowledged, and fails with
+// errSessionGone if the leader refused session id.
+func (r *livenessRelay) wait(ctx context.Context, g uint64, id int64) error {
 	for {
 		r.mu.Lock()
+		if _, gone := r.dead[id]; gone {
+			r.mu.Unlock()
+			return errSessionGone
+		}
 		if r.acked >= g {
 			r.mu.Unlock()
 			return nil
@@ -212,7 +227,7 @@ func (r *livenessRelay) run(ctx context.Context, retry time.Duration) {
 				break
 			}
 			sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-			err := r.send(sctx, ids)
+			dead, err := r.send(sctx, ids)
 			cancel()
 			if err != nil {
 				carry = ids
@@ -225,6 +240,14 @@ func (r *livenessRelay) run(ctx context.Context, retry time.Duration) {
 			}
 			carry = nil
 			r.mu.Lock()
+			if len(r.dead) > 100000 {
+				// Ids are never reused; old entries only guard
+				// connections long closed.
+				clear(r.dead)
+			}
+			for _, id := range dead {
+				r.dead[id] = struct{}{}
+			}
 			if g > r.acked {
 				r.acked = g
 			}

@@ -25,6 +25,21 @@ type usageError struct{ err error }
 func (e usageError) Error() string { return e.err.Error() }
 func (e usageError) Unwrap() error { return e.err }
 
+// exitError ends the process with a specific code; err, when set, is
+// printed first. coordrun run passes its job's exit code this way.
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e exitError) Error() string {
+	if e.err == nil {
+		return fmt.Sprintf("exit %d", e.code)
+	}
+	return e.err.Error()
+}
+func (e exitError) Unwrap() error { return e.err }
+
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -32,6 +47,13 @@ func main() {
 	err := root.ExecuteContext(ctx)
 	if err == nil {
 		os.Exit(exitOK)
+	}
+	var ee exitError
+	if errors.As(err, &ee) {
+		if ee.err != nil {
+			fmt.Fprintln(os.Stderr, "coordrun:", ee.err)
+		}
+		os.Exit(ee.code)
 	}
 	fmt.Fprintln(os.Stderr, "coordrun:", err)
 	var ue usageError

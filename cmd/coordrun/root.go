@@ -17,14 +17,29 @@ const defaultConfigFile = "/etc/coordrun/coordrun.yaml"
 
 func newRootCommand() *cobra.Command {
 	root := &cobra.Command{
-		Use:           "coordrun",
-		Short:         "Run a job on exactly one host, coordinated through a ZooKeeper-compatible ensemble",
+		Use:   "coordrun [flags] -- command [args...]",
+		Short: "Run a job on exactly one host, coordinated through a ZooKeeper-compatible ensemble",
+		Long: `coordrun runs a job on exactly one host at a time. Plain "coordrun -- cmd"
+is "coordrun run -- cmd".
+
+` + runLong,
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		Args:          cobra.ArbitraryArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) == 0 {
+				return cmd.Help()
+			}
+			if cmd.ArgsLenAtDash() != 0 {
+				return usageError{fmt.Errorf("unknown command %q (to run a job: coordrun -- %s)", args[0], strings.Join(args, " "))}
+			}
+			return runRun(cmd, args)
+		},
 	}
+	addRunFlags(root)
 	root.PersistentFlags().String("config", "", "config file (default "+defaultConfigFile+" when present; env COORDRUN_CONFIG)")
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
-	root.AddCommand(newServerCommand(), newEnsembleCommand(), newVersionCommand())
+	root.AddCommand(newServerCommand(), newEnsembleCommand(), newVersionCommand(), newRunCommand(), newWatchdogCommand(), newStatusCommand(), newFenceCommand())
 	return root
 }
 
@@ -73,12 +88,19 @@ func loadConfig(cmd *cobra.Command) (*viper.Viper, error) {
 	return v, nil
 }
 
-// checkKnownKeys rejects config file keys that no flag of the command
-// knows, so a typo does not silently leave a default in force. Keys of
-// other commands sharing the file live under their own section names.
+// checkKnownKeys rejects config file keys that no coordrun command knows,
+// so a typo does not silently leave a default in force. One file serves
+// every role on a host, so a key of another command is fine.
 func checkKnownKeys(v *viper.Viper, cmd *cobra.Command) error {
 	known := map[string]bool{}
-	cmd.Flags().VisitAll(func(f *pflag.Flag) { known[f.Name] = true })
+	var walk func(c *cobra.Command)
+	walk = func(c *cobra.Command) {
+		c.Flags().VisitAll(func(f *pflag.Flag) { known[f.Name] = true })
+		for _, sub := range c.Commands() {
+			walk(sub)
+		}
+	}
+	walk(cmd.Root())
 	for _, k := range v.AllKeys() {
 		top := strings.SplitN(k, ".", 2)[0]
 		if known[top] || sharedSections[top] {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"time"
@@ -102,6 +103,9 @@ func runServer(cmd *cobra.Command, _ []string) error {
 		return usageError{fmt.Errorf("--peer-addr is required (or --dev)")}
 	}
 	m, err := ensemble.Start(cfg)
+	if errors.Is(err, ensemble.ErrConfig) {
+		return usageError{err}
+	}
 	if err != nil {
 		return err
 	}

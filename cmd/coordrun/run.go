@@ -1,0 +1,145 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/coordrun/coordrun/ensemble/client"
+	"github.com/coordrun/coordrun/supervisor"
+	"github.com/spf13/cobra"
+	"golang.org/x/term"
+)
+
+const runLong = `Run a command only while holding a lock in the ensemble, so that of all the
+hosts running the same coordrun command, exactly one runs the job at a time.
+
+The command runs in its own process group with COORDRUN_FENCING_TOKEN (rises
+with every new holder), COORDRUN_LOCK and COORDRUN_LOCK_NODE set. Terminating
+signals (INT, TERM, HUP, QUIT) and USR1/USR2 are forwarded to its group. If
+the session's lease runs out (members unreachable), the whole group is sent
+SIGTERM, then SIGKILL after --kill-grace, so that it is gone before the lease
+ends and another host can take the lock.
+
+Exit codes: the command's own; 128+N if signal N killed it; 75 the lock was
+not acquired (--try, --timeout); 76 the session was lost and the command
+killed; 64 bad usage or no ensemble reachable.`
+
+func addRunFlags(cmd *cobra.Command) {
+	f := cmd.Flags()
+	f.String("servers", "127.0.0.1:2181", "ensemble members, host:port,...")
+	f.Duration("session-timeout", 10*time.Second, "session timeout to request")
+	f.String("root", "/coordrun/locks", "znode folder holding every lock")
+	f.String("name", "", "lock name (default: the command's base name)")
+	f.Bool("shell", false, "run the command through sh -c")
+	f.Duration("kill-grace", 2*time.Second, "time between SIGTERM and SIGKILL when the lease runs out")
+	f.Duration("drift-margin", 250*time.Millisecond, "safety margin subtracted from every lease, for clock rate differences")
+	f.Duration("zookeeper-margin", 2*time.Second, "extra margin against Apache ZooKeeper, whose followers answer pings on their own")
+	f.Duration("lock-delay", 0, "after a holder's session ended without releasing, wait this long before starting")
+	f.Duration("timeout", 0, "wait at most this long for the lock (0: forever)")
+	f.Bool("try", false, "do not wait: exit 75 if the lock is held")
+	f.StringSlice("auth", nil, "digest credentials user:password (repeatable)")
+	f.BoolP("verbose", "v", false, "log more")
+	f.BoolP("quiet", "q", false, "log only errors")
+	f.String("log-format", "text", "log format on stderr: text or json")
+}
+
+func newRunCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "run [flags] -- command [args...]",
+		Short: "Run a command while holding a lock, on exactly one host at a time",
+		Long:  runLong,
+		Args:  cobra.ArbitraryArgs,
+		RunE:  runRun,
+	}
+	addRunFlags(cmd)
+	return cmd
+}
+
+func runRun(cmd *cobra.Command, args []string) error {
+	if len(args) == 0 {
+		return usageError{errors.New("no command given: coordrun run [flags] -- command [args...]")}
+	}
+	v, err := loadConfig(cmd)
+	if err != nil {
+		return err
+	}
+	level := "info"
+	if v.GetBool("verbose") {
+		level = "debug"
+	}
+	if v.GetBool("quiet") {
+		level = "error"
+	}
+	log, err := newLogger(cmd.ErrOrStderr(), v.GetString("log-format"), level)
+	if err != nil {
+		return err
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	shell := v.GetBool("shell")
+	argv := args
+	if shell {
+		argv = []string{"/bin/sh", "-c", strings.Join(args, " ")}
+	}
+	name := v.GetString("name")
+	if name == "" {
+		name = supervisor.DefaultName(args, shell)
+	}
+	var auth []client.Auth
+	for _, a := range v.GetStringSlice("auth") {
+		if !strings.Contains(a, ":") {
+			return usageError{fmt.Errorf("--auth %q: want user:password", a)}
+		}
+		auth = append(auth, client.Auth{Scheme: "digest", Secret: []byte(a)})
+	}
+	servers := splitServers(v.GetString("servers"))
+	if len(servers) == 0 {
+		return usageError{errors.New("--servers is empty")}
+	}
+	// Every signal that would end coordrun goes to the job instead; the
+	// supervisor decides when to stop.
+	sigs := make(chan os.Signal, 8)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2)
+	defer signal.Stop(sigs)
+	if !v.GetBool("quiet") {
+		fmt.Fprintf(cmd.ErrOrStderr(), "coordrun: lock %q\n", name)
+	}
+	opts := supervisor.Options{
+		Servers:        servers,
+		SessionTimeout: v.GetDuration("session-timeout"),
+		Auth:           auth,
+		Root:           v.GetString("root"),
+		Name:           name,
+		Argv:           argv,
+		Env:            os.Environ(),
+		KillGrace:      v.GetDuration("kill-grace"),
+		DriftMargin:    v.GetDuration("drift-margin"),
+		ExtraMargin:    v.GetDuration("zookeeper-margin"),
+		LockDelay:      v.GetDuration("lock-delay"),
+		Timeout:        v.GetDuration("timeout"),
+		Try:            v.GetBool("try"),
+		Exe:            exe,
+		Signals:        sigs,
+		Log:            log,
+		Status:         cmd.ErrOrStderr(),
+		TTY:            term.IsTerminal(int(os.Stderr.Fd())) && !v.GetBool("quiet"),
+	}
+	// Signals are handled above, not by cancelling the context.
+	code, err := supervisor.Run(context.Background(), opts)
+	var ue supervisor.UsageError
+	if errors.As(err, &ue) {
+		return usageError{ue.Err}
+	}
+	if code == 0 && err == nil {
+		return nil
+	}
+	return exitError{code: code, err: err}
+}

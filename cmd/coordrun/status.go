@@ -1,0 +1,87 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"text/tabwriter"
+	"time"
+
+	"github.com/coordrun/coordrun/ensemble/client"
+	"github.com/coordrun/coordrun/supervisor"
+	"github.com/spf13/cobra"
+)
+
+func newStatusCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "status [lock...]",
+		Short: "Show each lock's holder (host, pid, token, since) and its queue",
+		RunE: func(cmd *cobra.Command, args []string) error {
+			v, err := loadConfig(cmd)
+			if err != nil {
+				return err
+			}
+			servers := splitServers(v.GetString("servers"))
+			if len(servers) == 0 {
+				return usageError{errors.New("--servers is empty")}
+			}
+			ctx, cancel := context.WithTimeout(cmd.Context(), v.GetDuration("timeout"))
+			defer cancel()
+			c, err := client.Connect(ctx, client.Config{Servers: servers, SessionTimeout: 10 * time.Second})
+			if err != nil {
+				return usageError{fmt.Errorf("connect to %s: %w", v.GetString("servers"), err)}
+			}
+			defer c.Close()
+			locks, err := supervisor.Inspect(ctx, c, v.GetString("root"), args)
+			if err != nil {
+				return err
+			}
+			if v.GetBool("json") {
+				enc := json.NewEncoder(cmd.OutOrStdout())
+				enc.SetIndent("", "  ")
+				if locks == nil {
+					locks = []supervisor.LockState{}
+				}
+				return enc.Encode(locks)
+			}
+			printLocks(cmd.OutOrStdout(), locks)
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.String("servers", "127.0.0.1:2181", "ensemble members, host:port,...")
+	f.String("root", "/coordrun/locks", "znode folder holding every lock")
+	f.Bool("json", false, "print JSON")
+	f.Duration("timeout", 10*time.Second, "give up after this long")
+	return cmd
+}
+
+func printLocks(w io.Writer, locks []supervisor.LockState) {
+	if len(locks) == 0 {
+		fmt.Fprintln(w, "no locks")
+		return
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "LOCK\tROLE\tHOST\tPID\tTOKEN\tSINCE\tCOMMAND")
+	for _, l := range locks {
+		if l.Holder == nil {
+			fmt.Fprintf(tw, "%s\tfree\t\t\t\t\t\n", l.Name)
+		} else {
+			row(tw, l.Name, "holder", *l.Holder)
+		}
+		for i, c := range l.Waiters {
+			row(tw, l.Name, fmt.Sprintf("waiter %d", i+1), c)
+		}
+	}
+	tw.Flush()
+}
+
+func row(w io.Writer, lock, role string, c supervisor.Contender) {
+	since := ""
+	if !c.Info.Since.IsZero() {
+		since = c.Info.Since.Local().Format(time.DateTime)
+	}
+	fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%d\t%s\t%s\n", lock, role, c.Info.Host, c.Info.PID, c.Token, since, c.Info.Command)
+}

@@ -1,0 +1,485 @@
+// Command bench measures a 3-member coordrun ensemble and, in the same run,
+// a 3-member Apache ZooKeeper 3.8 ensemble, driving both with the same
+// client (github.com/go-zookeeper/zk) the same way:
+//
+//   - setData with 1 client and with -clients clients (default 32),
+//   - getData with -clients clients,
+//
+// each client being its own session doing synchronous requests on its own
+// znode holding -value-size bytes (default 100). Sessions are dealt round
+// robin over the members, followers first. Each workload runs for -duration
+// after an unmeasured -warmup; it reports ops/s, p50 and p99 latency, and
+// the members' CPU time per op (from /proc). After the workloads it reports
+// every member's resident memory (VmRSS, and the peak VmHWM).
+//
+// Every process runs on 127.0.0.1 with free ports and temporary data dirs;
+// all are stopped and the dirs removed on exit, on error and on Ctrl-C. A
+// harness killed outright still takes its children with it (Pdeathsig).
+//
+// Usage (make bench):
+//
+//	go run ./ensemble/bench -bin bin/coordrun [-zk=false] [-duration 5s] [-json FILE]
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+)
+
+type config struct {
+	bin       string
+	zk        bool
+	java      string
+	classpath string
+	jvmFlags  string
+	duration  time.Duration
+	warmup    time.Duration
+	clients   int
+	valueSize int
+	jsonPath  string
+}
+
+func main() {
+	var cfg config
+	_, zkErr := os.Stat("/usr/share/zookeeper")
+	flag.StringVar(&cfg.bin, "bin", "bin/coordrun", "coordrun binary")
+	flag.BoolVar(&cfg.zk, "zk", zkErr == nil, "also run an Apache ZooKeeper ensemble (default on when /usr/share/zookeeper exists)")
+	flag.StringVar(&cfg.java, "java", "java", "java binary for ZooKeeper")
+	flag.StringVar(&cfg.classpath, "zk-classpath", zkClasspath(), "ZooKeeper server classpath")
+	flag.StringVar(&cfg.jvmFlags, "zk-jvmflags", "", "extra JVM flags for ZooKeeper, space-separated (Debian's zkServer.sh passes none)")
+	flag.DurationVar(&cfg.duration, "duration", 5*time.Second, "measured time per workload")
+	flag.DurationVar(&cfg.warmup, "warmup", time.Second, "unmeasured warm-up before each workload")
+	flag.IntVar(&cfg.clients, "clients", 32, "clients (sessions) in the concurrent workloads")
+	flag.IntVar(&cfg.valueSize, "value-size", 100, "znode value size in bytes")
+	flag.StringVar(&cfg.jsonPath, "json", "", "also write the results as JSON to this file")
+	flag.Parse()
+	if cfg.duration <= 0 || cfg.warmup < 0 || cfg.clients < 1 || cfg.valueSize < 0 {
+		fmt.Fprintln(os.Stderr, "bench: -duration must be > 0, -warmup >= 0, -clients >= 1, -value-size >= 0")
+		os.Exit(2)
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
+	go func() {
+		<-ctx.Done()
+		stop() // a second signal kills the harness; Pdeathsig then kills the members
+	}()
+	err := run(ctx, cfg)
+	if err != nil {
+		if ctx.Err() != nil {
+			err = fmt.Errorf("interrupted (%v)", err)
+		}
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+// run does everything; its deferred cleanup stops every child and removes
+// the temporary dirs whatever happens.
+func run(ctx context.Context, cfg config) error {
+	root, err := os.MkdirTemp("", "coordrun-bench-")
+	if err != nil {
+		return err
+	}
+	defer func() {
+		stopAll()
+		os.RemoveAll(root)
+	}()
+
+	fmt.Fprintf(os.Stderr, "starting coordrun ensemble in %s\n", root)
+	coord, err := startCoordrun(ctx, cfg.bin, root+"/coordrun")
+	if err != nil {
+		return err
+	}
+	systems := []*system{coord}
+	if cfg.zk {
+		fmt.Fprintf(os.Stderr, "starting ZooKeeper ensemble\n")
+		zks, err := startZooKeeper(ctx, cfg.java, cfg.classpath, strings.Fields(cfg.jvmFlags), root+"/zookeeper")
+		if err != nil {
+			return err
+		}
+		systems = append(systems, zks)
+	}
+
+	value := make([]byte, cfg.valueSize)
+	for i := range value {
+		value[i] = 'a' + byte(i%26)
+	}
+	for _, s := range systems {
+		if err := prepare(ctx, s, cfg.clients, value); err != nil {
+			return fmt.Errorf("%s: prepare: %w", s.name, err)
+		}
+	}
+
+	rep := report{
+		Started: time.Now().UTC(), DurationSec: cfg.duration.Seconds(), WarmupSec: cfg.warmup.Seconds(),
+		ValueBytes: cfg.valueSize, CPUs: runtime.NumCPU(), GoVersion: runtime.Version(), TempDir: root,
+	}
+	for _, s := range systems {
+		rep.Systems = append(rep.Systems, systemInfo{Name: s.name, Version: s.version})
+	}
+	workloads := []struct {
+		op      string
+		clients int
+	}{{"setData", 1}, {"setData", cfg.clients}, {"getData", cfg.clients}}
+	for _, w := range workloads {
+		for _, s := range systems {
+			fmt.Fprintf(os.Stderr, "%s x%d on %s ...\n", w.op, w.clients, s.name)
+			r, err := measure(ctx, s, w.op, w.clients, value, cfg)
+			if err != nil {
+				return fmt.Errorf("%s x%d on %s: %w", w.op, w.clients, s.name, err)
+			}
+			rep.Results = append(rep.Results, r)
+		}
+	}
+	for _, s := range systems {
+		for _, m := range s.members {
+			rss, hwm, err := memory(m.proc.pid())
+			if err != nil {
+				return fmt.Errorf("%s: %w", m.proc.name, err)
+			}
+			rep.Memory = append(rep.Memory, memRow{System: s.name, Member: m.id, Role: m.role, PID: m.proc.pid(), RSSKiB: rss, HWMKiB: hwm})
+		}
+	}
+
+	rep.print(os.Stdout)
+	if cfg.jsonPath != "" {
+		b, err := json.MarshalIndent(rep, "", "  ")
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(cfg.jsonPath, append(b, '\n'), 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// nodePath is client i's znode.
+func nodePath(i int) string { return fmt.Sprintf("/bench/c%02d", i) }
+
+type quietLogger struct{}
+
+func (quietLogger) Printf(string, ...any) {}
+
+// connect opens a session on one member and waits until it is established.
+func connect(ctx context.Context, addr string) (*zk.Conn, error) {
+	c, events, err := zk.Connect([]string{addr}, 10*time.Second, zk.WithLogger(quietLogger{}))
+	if err != nil {
+		return nil, err
+	}
+	timeout := time.After(15 * time.Second)
+	for {
+		select {
+		case ev := <-events:
+			if ev.State == zk.StateHasSession {
+				return c, nil // later events are dropped by the client, never blocking it
+			}
+		case <-timeout:
+			c.Close()
+			return nil, fmt.Errorf("no session with %s after 15s", addr)
+		case <-ctx.Done():
+			c.Close()
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// closeAll closes sessions in parallel (each Close may wait up to 1s).
+func closeAll(conns []*zk.Conn) {
+	var wg sync.WaitGroup
+	for _, c := range conns {
+		if c != nil {
+			wg.Add(1)
+			go func() { defer wg.Done(); c.Close() }()
+		}
+	}
+	wg.Wait()
+}
+
+// prepare creates /bench and one znode per client, then checks that every
+// member serves the last one.
+func prepare(ctx context.Context, s *system, n int, value []byte) error {
+	c, err := connect(ctx, s.members[0].clientAddr)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	acl := zk.WorldACL(zk.PermAll)
+	if _, err := c.Create("/bench", nil, 0, acl); err != nil && !errors.Is(err, zk.ErrNodeExists) {
+		return err
+	}
+	for i := 0; i < n; i++ {
+		if _, err := c.Create(nodePath(i), value, 0, acl); err != nil && !errors.Is(err, zk.ErrNodeExists) {
+			return err
+		}
+	}
+	for _, m := range s.members {
+		mc, err := connect(ctx, m.clientAddr)
+		if err != nil {
+			return err
+		}
+		_, err = mc.Sync(nodePath(n - 1))
+		if err == nil {
+			var got []byte
+			got, _, err = mc.Get(nodePath(n - 1))
+			if err == nil && string(got) != string(value) {
+				err = fmt.Errorf("member %d: %s holds %d bytes, want %d", m.id, nodePath(n-1), len(got), len(value))
+			}
+		}
+		mc.Close()
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// result is one workload on one system.
+type result struct {
+	Workload   string  `json:"workload"`
+	System     string  `json:"system"`
+	Clients    int     `json:"clients"`
+	Ops        int     `json:"ops"`
+	OpsPerSec  float64 `json:"ops_per_sec"`
+	P50Ms      float64 `json:"p50_ms"`
+	P99Ms      float64 `json:"p99_ms"`
+	Errors     int     `json:"errors"`
+	FirstError string  `json:"first_error,omitempty"`
+	// CPUPerOpUs is the CPU time of all three members together during the
+	// measured window, per op (10 ms resolution per member).
+	CPUPerOpUs float64 `json:"server_cpu_us_per_op"`
+}
+
+// clientStats is what one client saw in the measured window.
+type clientStats struct {
+	lat      []time.Duration
+	errs     int
+	firstErr error
+}
+
+// measure runs one workload: n sessions dealt over s's members, each doing
+// synchronous op requests on its own znode until the window ends.
+func measure(ctx context.Context, s *system, op string, n int, value []byte, cfg config) (result, error) {
+	res := result{Workload: op, System: s.name, Clients: n}
+	order := s.clientOrder()
+	conns := make([]*zk.Conn, n)
+	defer closeAll(conns)
+	for i := range conns {
+		c, err := connect(ctx, order[i%len(order)])
+		if err != nil {
+			return res, err
+		}
+		conns[i] = c
+	}
+
+	start := time.Now()
+	from := start.Add(cfg.warmup)
+	to := from.Add(cfg.duration)
+	stats := make([]clientStats, n)
+	var wg sync.WaitGroup
+	for i, c := range conns {
+		wg.Add(1)
+		go func() { defer wg.Done(); stats[i] = drive(ctx, c, op, nodePath(i), value, from, to) }()
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+
+	if !sleepUntil(ctx, from) {
+		closeAll(conns)
+		<-done
+		return res, ctx.Err()
+	}
+	cpu0 := s.cpu()
+	if !sleepUntil(ctx, to) {
+		closeAll(conns)
+		<-done
+		return res, ctx.Err()
+	}
+	cpu1 := s.cpu()
+	// No request starts after the window; one stuck past it is cut off by
+	// closing its session.
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		closeAll(conns)
+		<-done
+	case <-ctx.Done():
+		closeAll(conns)
+		<-done
+		return res, ctx.Err()
+	}
+
+	var all []time.Duration
+	for _, st := range stats {
+		all = append(all, st.lat...)
+		res.Errors += st.errs
+		if st.firstErr != nil && res.FirstError == "" {
+			res.FirstError = st.firstErr.Error()
+		}
+	}
+	slices.Sort(all)
+	res.Ops = len(all)
+	res.OpsPerSec = float64(len(all)) / cfg.duration.Seconds()
+	res.P50Ms = ms(percentile(all, 0.50))
+	res.P99Ms = ms(percentile(all, 0.99))
+	if len(all) > 0 {
+		res.CPUPerOpUs = float64((cpu1 - cpu0).Microseconds()) / float64(len(all))
+	}
+	return res, nil
+}
+
+// drive issues requests back to back until the window [from, to] ends,
+// recording those that complete inside it.
+func drive(ctx context.Context, c *zk.Conn, op, path string, value []byte, from, to time.Time) clientStats {
+	st := clientStats{lat: make([]time.Duration, 0, 1<<14)}
+	for ctx.Err() == nil {
+		t0 := time.Now()
+		if !t0.Before(to) {
+			break
+		}
+		var err error
+		if op == "setData" {
+			_, err = c.Set(path, value, -1)
+		} else {
+			_, _, err = c.Get(path)
+		}
+		t1 := time.Now()
+		inWindow := !t1.Before(from) && !t1.After(to)
+		switch {
+		case err != nil:
+			if inWindow {
+				st.errs++
+				if st.firstErr == nil {
+					st.firstErr = err
+				}
+			}
+			time.Sleep(10 * time.Millisecond) // don't spin on a broken session
+		case inWindow:
+			st.lat = append(st.lat, t1.Sub(t0))
+		}
+	}
+	return st
+}
+
+// sleepUntil sleeps until t; false if ctx ended first.
+func sleepUntil(ctx context.Context, t time.Time) bool {
+	timer := time.NewTimer(time.Until(t))
+	defer timer.Stop()
+	select {
+	case <-timer.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// percentile is the nearest-rank percentile of sorted durations.
+func percentile(sorted []time.Duration, p float64) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := int(p*float64(len(sorted))+0.5) - 1
+	return sorted[max(0, min(i, len(sorted)-1))]
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+type systemInfo struct {
+	Name    string `json:"name"`
+	Version string `json:"version"`
+}
+
+type memRow struct {
+	System string `json:"system"`
+	Member int    `json:"member"`
+	Role   string `json:"role"`
+	PID    int    `json:"pid"`
+	RSSKiB int64  `json:"vmrss_kib"`
+	HWMKiB int64  `json:"vmhwm_kib"`
+}
+
+type report struct {
+	Started     time.Time    `json:"started"`
+	DurationSec float64      `json:"duration_sec"`
+	WarmupSec   float64      `json:"warmup_sec"`
+	ValueBytes  int          `json:"value_bytes"`
+	CPUs        int          `json:"cpus"`
+	GoVersion   string       `json:"go_version"`
+	TempDir     string       `json:"temp_dir"`
+	Systems     []systemInfo `json:"systems"`
+	Results     []result     `json:"results"`
+	Memory      []memRow     `json:"memory"`
+}
+
+func (r *report) print(out *os.File) {
+	fmt.Fprintf(out, "\n3 members per system on 127.0.0.1, %d-byte values, %v per workload after %v warm-up, %d CPUs, client go-zookeeper/zk\n",
+		r.ValueBytes, time.Duration(r.DurationSec*float64(time.Second)), time.Duration(r.WarmupSec*float64(time.Second)), r.CPUs)
+	for _, s := range r.Systems {
+		fmt.Fprintf(out, "  %-9s  %s\n", s.Name, s.Version)
+	}
+	fmt.Fprintln(out)
+	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "workload\tsystem\tops/s\tp50 ms\tp99 ms\terrors\tsrv CPU µs/op\t")
+	find := func(w string, clients int, sys string) *result {
+		for i := range r.Results {
+			if x := &r.Results[i]; x.Workload == w && x.Clients == clients && x.System == sys {
+				return x
+			}
+		}
+		return nil
+	}
+	for _, x := range r.Results {
+		name := fmt.Sprintf("%s x%d", x.Workload, x.Clients)
+		fmt.Fprintf(tw, "%s\t%s\t%.0f\t%.3f\t%.3f\t%d\t%.0f\t\n", name, x.System, x.OpsPerSec, x.P50Ms, x.P99Ms, x.Errors, x.CPUPerOpUs)
+		// After the zookeeper row, the ratios of the pair.
+		if c := find(x.Workload, x.Clients, "coordrun"); x.System == "zookeeper" && c != nil {
+			fmt.Fprintf(tw, "%s\tcoordrun/zk\t%s\t%s\t%s\t\t%s\t\n", name,
+				ratio(c.OpsPerSec, x.OpsPerSec), ratio(c.P50Ms, x.P50Ms), ratio(c.P99Ms, x.P99Ms), ratio(c.CPUPerOpUs, x.CPUPerOpUs))
+		}
+	}
+	tw.Flush()
+	for _, x := range r.Results {
+		if x.Errors > 0 {
+			fmt.Fprintf(out, "%s x%d on %s: %d errors, first: %s\n", x.Workload, x.Clients, x.System, x.Errors, x.FirstError)
+		}
+	}
+
+	fmt.Fprintln(out)
+	tw = tabwriter.NewWriter(out, 0, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "memory\tmember\trole\tpid\tVmRSS MiB\tVmHWM MiB\t")
+	totals := map[string]int64{}
+	for _, m := range r.Memory {
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%.1f\t%.1f\t\n", m.System, m.Member, m.Role, m.PID, mib(m.RSSKiB), mib(m.HWMKiB))
+		totals[m.System] += m.RSSKiB
+	}
+	for _, s := range r.Systems {
+		fmt.Fprintf(tw, "%s\ttotal\t\t\t%.1f\t\t\n", s.Name, mib(totals[s.Name]))
+	}
+	if c, z := totals["coordrun"], totals["zookeeper"]; c > 0 && z > 0 {
+		fmt.Fprintf(tw, "coordrun/zk\t\t\t\t%s\t\t\n", ratio(float64(c), float64(z)))
+	}
+	tw.Flush()
+}
+
+func mib(kib int64) float64 { return float64(kib) / 1024 }
+
+func ratio(a, b float64) string {
+	if b == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.2fx", a/b)
+}

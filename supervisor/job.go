@@ -1,0 +1,136 @@
+package supervisor
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// WatchdogCommand is the hidden subcommand of the coordrun binary that
+// runs RunWatchdog.
+const WatchdogCommand = "__watchdog"
+
+// JobResult is how a guarded job ended.
+type JobResult struct {
+	Code   int    // exit code, or 128+signal
+	Signal int    // the signal that killed it, 0 if it exited
+	Reason string // one of the Reason constants
+}
+
+// guardedJob is a job running under a watchdog process.
+//
+// Concurrency: SetDeadline, Signal and Stop may be called from any
+// goroutine; Done closes once the job and its group are gone, and Result
+// is valid after that.
+type guardedJob struct {
+	wd      *exec.Cmd
+	mu      sync.Mutex
+	ctrl    *os.File
+	started chan int // the job's pid
+	done    chan struct{}
+	result  JobResult
+}
+
+// startGuarded starts exe (the coordrun binary) as a watchdog that runs
+// argv with the given environment.
+func startGuarded(exe string, argv, env []string, grace time.Duration, deadline Boottime) (*guardedJob, error) {
+	ctrlR, ctrlW, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	repR, repW, err := os.Pipe()
+	if err != nil {
+		ctrlR.Close()
+		ctrlW.Close()
+		return nil, err
+	}
+	args := append([]string{WatchdogCommand, "--grace", grace.String(), "--deadline", strconv.FormatInt(int64(deadline), 10), "--"}, argv...)
+	wd := exec.Command(exe, args...)
+	wd.Stdin, wd.Stdout, wd.Stderr = os.Stdin, os.Stdout, os.Stderr
+	wd.Env = env
+	wd.ExtraFiles = []*os.File{ctrlR, repW} // fds 3 and 4
+	wd.SysProcAttr = &syscall.SysProcAttr{
+		// If this process dies, the watchdog hears of it at once (the
+		// control pipe's EOF says the same; this is the backstop).
+		Pdeathsig: syscall.SIGTERM,
+		// Its own group: terminal signals reach only the supervisor,
+		// which forwards them.
+		Setpgid: true,
+	}
+	if err := wd.Start(); err != nil {
+		ctrlR.Close()
+		ctrlW.Close()
+		repR.Close()
+		repW.Close()
+		return nil, fmt.Errorf("start watchdog: %w", err)
+	}
+	ctrlR.Close()
+	repW.Close()
+	j := &guardedJob{wd: wd, ctrl: ctrlW, started: make(chan int, 1), done: make(chan struct{})}
+	go j.readReports(repR)
+	return j, nil
+}
+
+func (j *guardedJob) readReports(r *os.File) {
+	defer r.Close()
+	sc := bufio.NewScanner(r)
+	got := false
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		switch {
+		case len(f) == 2 && f[0] == "P":
+			pid, _ := strconv.Atoi(f[1])
+			j.started <- pid
+		case len(f) == 4 && f[0] == "X":
+			code, _ := strconv.Atoi(f[1])
+			sig, _ := strconv.Atoi(f[2])
+			j.result = JobResult{Code: code, Signal: sig, Reason: f[3]}
+			got = true
+		}
+	}
+	err := j.wd.Wait()
+	if !got {
+		// The watchdog itself died without reporting (killed with
+		// SIGKILL): its job may not have been reaped, so say so.
+		code := 1
+		if ee, ok := err.(*exec.ExitError); ok {
+			code = ee.ExitCode()
+		}
+		j.result = JobResult{Code: code, Reason: "watchdog-died"}
+	}
+	j.mu.Lock()
+	j.ctrl.Close()
+	j.ctrl = nil
+	j.mu.Unlock()
+	close(j.done)
+}
+
+func (j *guardedJob) send(format string, args ...any) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.ctrl != nil {
+		fmt.Fprintf(j.ctrl, format+"\n", args...)
+	}
+}
+
+// SetDeadline moves the kill deadline.
+func (j *guardedJob) SetDeadline(d Boottime) { j.send("D %d", int64(d)) }
+
+// Signal delivers sig to the job's process group.
+func (j *guardedJob) Signal(sig syscall.Signal) { j.send("S %d", int(sig)) }
+
+// Stop asks for the job to be stopped: SIGTERM, then SIGKILL after grace.
+func (j *guardedJob) Stop() { j.send("K") }
+
+func (j *guardedJob) Done() <-chan struct{} { return j.done }
+
+func (j *guardedJob) Result() JobResult {
+	<-j.done
+	return j.result
+}

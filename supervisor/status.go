@@ -1,0 +1,66 @@
+package supervisor
+
+import (
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"strings"
+	"time"
+)
+
+// statusLine shows where a waiting supervisor stands: one line redrawn in
+// place on a terminal, a log line per change otherwise.
+type statusLine struct {
+	w    io.Writer
+	tty  bool
+	lock string
+	log  *slog.Logger
+	drew bool
+}
+
+func newStatusLine(w io.Writer, tty bool, lock string, log *slog.Logger) *statusLine {
+	return &statusLine{w: w, tty: tty && w != nil, lock: lock, log: log}
+}
+
+func (s *statusLine) update(q QueueStatus) {
+	if q.Position == 0 {
+		return
+	}
+	h := q.Holder
+	if s.tty {
+		fmt.Fprintf(s.w, "\r\033[Kwaiting for %s: position %d of %d; held by %s pid %d since %s",
+			s.lock, q.Position, q.Length-1, h.Host, h.PID, h.Since.Local().Format(time.TimeOnly))
+		s.drew = true
+		return
+	}
+	s.log.Info("waiting", "lock", s.lock, "position", q.Position, "queue", q.Length-1,
+		"holder_host", h.Host, "holder_pid", h.PID, "holder_since", h.Since.Format(time.RFC3339))
+}
+
+func (s *statusLine) clear() {
+	if s.drew {
+		fmt.Fprint(s.w, "\r\033[K")
+	}
+}
+
+// isApacheZooKeeper asks the first reachable server who it is. An answer
+// that does not name coordrun, or none at all, counts as ZooKeeper: the
+// cautious side, since it only widens the margin.
+func isApacheZooKeeper(servers []string) bool {
+	for _, s := range servers {
+		c, err := net.DialTimeout("tcp", s, 2*time.Second)
+		if err != nil {
+			continue
+		}
+		_ = c.SetDeadline(time.Now().Add(2 * time.Second))
+		_, _ = c.Write([]byte("srvr"))
+		b, _ := io.ReadAll(io.LimitReader(c, 4096))
+		c.Close()
+		if len(b) == 0 {
+			continue
+		}
+		return !strings.Contains(string(b), "coordrun")
+	}
+	return true
+}
