@@ -1,63 +1,86 @@
 #!/usr/bin/env bash
-# A throwaway 3-member coordrun ensemble on loopback: start it, use it with
-# a stock ZooKeeper client, kill the leader, watch the ensemble carry on,
-# and clean everything up.
+# make demo: a throwaway 3-member coordrun ensemble on loopback, three
+# supervisors of examples/nightly.sh contending for one lock, the holder
+# killed, the takeover with a higher fencing token, then everything torn
+# down. Needs only the built binary and Go.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-BIN=${BIN:-bin/coordrun}
+BIN=$(pwd)/${BIN:-bin/coordrun}
 DIR=$(mktemp -d -t coordrun-demo-XXXX)
 BASE=${DEMO_PORT_BASE:-21810}
 PEERS="1=127.0.0.1:$((BASE+10)),2=127.0.0.1:$((BASE+11)),3=127.0.0.1:$((BASE+12))"
 SERVERS="127.0.0.1:$((BASE+1)),127.0.0.1:$((BASE+2)),127.0.0.1:$((BASE+3))"
-declare -A PID
+export PATH="$(dirname "$BIN"):$PATH" STORE="$DIR/store"
+mkdir -p "$STORE"
+declare -A MEMBER SUP
 
 cleanup() {
   status=$?
   if [ "$status" -ne 0 ]; then
     echo "== demo failed; member logs:"; tail -n 20 "$DIR"/m*.log 2>/dev/null || true
   fi
-  for p in "${PID[@]}"; do kill "$p" 2>/dev/null || true; done
+  for p in "${SUP[@]}" "${MEMBER[@]}"; do kill "$p" 2>/dev/null || true; done
   wait 2>/dev/null || true
   rm -rf "$DIR"
   echo "== cleaned up $DIR"
 }
 trap cleanup EXIT
 
-start() {
+say() { printf '\n== %s %s\n' "$(date +%T.%3N)" "$*"; }
+
+start_member() {
   local i=$1
   "$BIN" server --id "$i" --data-dir "$DIR/m$i" \
     --client-addr "127.0.0.1:$((BASE+i))" --peer-addr "127.0.0.1:$((BASE+9+i))" \
     --peers "$PEERS" --log-level warn 2>>"$DIR/m$i.log" &
-  PID[$i]=$!
+  MEMBER[$i]=$!
 }
 
-status() { "$BIN" ensemble status --servers "$SERVERS"; }
+say "starting a 3-member ensemble in $DIR"
+for i in 1 2 3; do start_member "$i"; done
+"$BIN" ensemble status --servers "$SERVERS" --wait 30s
 
-wait_leader() {
-  for _ in $(seq 100); do
-    if "$BIN" ensemble status --json --servers "$SERVERS" 2>/dev/null | grep -q '"state": "leader"'; then return 0; fi
-    sleep 0.1
-  done
-  echo "no leader" >&2; return 1
-}
-
-echo "== starting 3 members in $DIR"
-for i in 1 2 3; do start "$i"; done
-"$BIN" ensemble status --servers "$SERVERS" --wait 20s
-
-echo "== a stock ZooKeeper client (go-zookeeper) writes and watches"
+say "a stock ZooKeeper client (go-zookeeper) uses it unchanged"
 go run ./examples/zkdemo -servers "$SERVERS" write
 
-LEADER=$("$BIN" ensemble status --json --servers "$SERVERS" | sed -n 's/^  "leader": "\(.*\)",/\1/p')
-echo "== kill -9 the leader (member $LEADER)"
-kill -9 "${PID[$LEADER]}"; wait "${PID[$LEADER]}" 2>/dev/null || true; unset "PID[$LEADER]"
-wait_leader
-status
+say "three hosts run the same job: coordrun run --name nightly -- examples/nightly.sh"
+for h in A B C; do
+  NIGHTLY_TAG=$h NIGHTLY_SECONDS=4 "$BIN" run -q --servers "$SERVERS" --name nightly \
+    --session-timeout 4s --kill-grace 1s -- examples/nightly.sh &
+  SUP[$h]=$!
+done
+holder=""
+for _ in $(seq 100); do
+  holder=$("$BIN" status --servers "$SERVERS" --json nightly | sed -n 's/.*"pid": \([0-9]*\).*/\1/p' | head -1)
+  [ -n "$holder" ] && break
+  sleep 0.1
+done
+"$BIN" status --servers "$SERVERS" nightly
+sleep 1.5
 
-echo "== the data survived; writes go on through the new leader"
-go run ./examples/zkdemo -servers "$SERVERS" check
-go run ./examples/zkdemo -servers "$SERVERS" write
+say "kill -9 the holding supervisor (pid $holder): its job dies with it; another host takes over once the session expires (4s after it was last heard from)"
+t0=$(date +%s%N)
+kill -9 "$holder"
+for h in "${!SUP[@]}"; do [ "${SUP[$h]}" = "$holder" ] && unset "SUP[$h]"; done
+wait "$holder" 2>/dev/null || true
+for _ in $(seq 100); do
+  next=$("$BIN" status --servers "$SERVERS" --json nightly | sed -n 's/.*"pid": \([0-9]*\).*/\1/p' | head -1)
+  [ -n "$next" ] && [ "$next" != "$holder" ] && break
+  sleep 0.1
+done
+echo "took over $(( ($(date +%s%N) - t0) / 1000000 )) ms after the kill"
+"$BIN" status --servers "$SERVERS" nightly
 
-echo "== restart member $LEADER from its data dir; it catches up"
-start "$LEADER"
-"$BIN" ensemble status --servers "$SERVERS" --wait 20s
+say "the others finish one after the other, each with a higher token"
+for p in "${SUP[@]}"; do wait "$p"; done
+SUP=()
+
+say "the fenced store accepted each run's write in token order"
+cat "$STORE/data.log"
+"$BIN" fence show --state "$STORE/.fence"
+
+say "kill -9 the ensemble's leader: the ensemble elects another and goes on"
+leader=$("$BIN" ensemble status --json --servers "$SERVERS" | sed -n 's/^  "leader": "\(.*\)",/\1/p')
+kill -9 "${MEMBER[$leader]}"; wait "${MEMBER[$leader]}" 2>/dev/null || true; unset "MEMBER[$leader]"
+NIGHTLY_TAG=D NIGHTLY_SECONDS=1 "$BIN" run -q --servers "$SERVERS" --name nightly -- examples/nightly.sh
+"$BIN" ensemble status --servers "$SERVERS"
