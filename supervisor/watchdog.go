@@ -78,7 +78,15 @@ func RunWatchdog(cfg WatchdogConfig) int {
 	// a service manager stopping everything. Terminal signals are the
 	// supervisor's to forward; they must not kill the guard.
 	signal.Notify(sigs, syscall.SIGTERM)
-	signal.Ignore(syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT)
+	// Caught and dropped rather than ignored: an ignored disposition
+	// would be inherited by the job through exec, and the job must get
+	// the supervisor's forwarded INT/HUP/QUIT with default handling.
+	terminal := make(chan os.Signal, 8)
+	signal.Notify(terminal, syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT)
+	go func() {
+		for range terminal {
+		}
+	}()
 
 	cmd := exec.Command(cfg.Argv[0], cfg.Argv[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
