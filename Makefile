@@ -22,7 +22,7 @@ unit:
 
 # Each decoder's fuzz target, for FUZZTIME each (longer: make fuzz FUZZTIME=5m).
 fuzz:
-	@set -e; for pkg in ./ensemble/wire ./ensemble/tree; do \
+	@set -e; for pkg in ./ensemble/wire ./ensemble/tree ./ensemble; do \
 	  for t in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz'); do \
 	    echo "fuzz $$pkg $$t"; \
 	    $(GO) test -run '^$$' -fuzz "^$$t\$$" -fuzztime $(FUZZTIME) $$pkg >/dev/null; \
