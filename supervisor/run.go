@@ -179,7 +179,8 @@ func Run(ctx context.Context, o Options) (int, error) {
 		}
 	}
 	log.Info("lock acquired; starting job", "lock", o.Name, "node", e.node, "token", e.czxid)
-	return runHeld(o, c, e, margin, log)
+	leases := newLeaseFanout(c)
+	return runHeld(o, c, leases, e, margin, nil, log)
 }
 
 func waitForLock(ctx context.Context, o Options, c *client.Client, e *entry, log *slog.Logger) (int, error) {
@@ -229,11 +230,14 @@ func waitForLock(ctx context.Context, o Options, c *client.Client, e *entry, log
 
 // runHeld runs the job under the watchdog while feeding it each new lease
 // deadline, and maps how it ended to an exit code.
-func runHeld(o Options, c *client.Client, e *entry, margin time.Duration, log *slog.Logger) (int, error) {
+func runHeld(o Options, c *client.Client, leases *leaseFanout, e *entry, margin time.Duration, extraEnv []string, log *slog.Logger) (int, error) {
 	env := append(append([]string(nil), o.Env...),
 		fencing.EnvVar+"="+strconv.FormatInt(e.czxid, 10),
 		fencing.EnvLock+"="+o.Name,
 		fencing.EnvLockNode+"="+e.node)
+	env = append(env, extraEnv...)
+	updates, unsubscribe := leases.subscribe()
+	defer unsubscribe()
 	deadline := func(lease time.Time) Boottime { return BoottimeAt(lease.Add(-margin)) }
 	job, err := startGuarded(o.Exe, o.Argv, env, o.KillGrace, deadline(c.Lease()))
 	if err != nil {
@@ -242,7 +246,7 @@ func runHeld(o Options, c *client.Client, e *entry, margin time.Duration, log *s
 	sessionLost := false
 	for {
 		select {
-		case l := <-c.LeaseUpdates():
+		case l := <-updates:
 			job.SetDeadline(deadline(l))
 		case s := <-o.Signals:
 			if sig, ok := s.(syscall.Signal); ok {

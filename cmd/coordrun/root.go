@@ -39,7 +39,7 @@ is "coordrun run -- cmd".
 	addRunFlags(root)
 	root.PersistentFlags().String("config", "", "config file (default "+defaultConfigFile+" when present; env COORDRUN_CONFIG)")
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
-	root.AddCommand(newServerCommand(), newEnsembleCommand(), newVersionCommand(), newRunCommand(), newWatchdogCommand(), newStatusCommand(), newFenceCommand())
+	root.AddCommand(newServerCommand(), newEnsembleCommand(), newVersionCommand(), newRunCommand(), newWatchdogCommand(), newStatusCommand(), newCronCommand(), newFenceCommand())
 	return root
 }
 

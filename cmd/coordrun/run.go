@@ -13,6 +13,7 @@ import (
 	"github.com/coordrun/coordrun/ensemble/client"
 	"github.com/coordrun/coordrun/supervisor"
 	"github.com/spf13/cobra"
+	"github.com/spf13/viper"
 	"golang.org/x/term"
 )
 
@@ -30,23 +31,93 @@ Exit codes: the command's own; 128+N if signal N killed it; 75 the lock was
 not acquired (--try, --timeout); 76 the session was lost and the command
 killed; 64 bad usage or no ensemble reachable.`
 
-func addRunFlags(cmd *cobra.Command) {
+// addSessionFlags adds what every command that holds a session and runs
+// jobs needs: where the ensemble is, and how jobs are stopped when the
+// session's lease runs out.
+func addSessionFlags(cmd *cobra.Command) {
 	f := cmd.Flags()
 	f.String("servers", "127.0.0.1:2181", "ensemble members, host:port,...")
 	f.Duration("session-timeout", 10*time.Second, "session timeout to request")
-	f.String("root", "/coordrun/locks", "znode folder holding every lock")
-	f.String("name", "", "lock name (default: the command's base name)")
-	f.Bool("shell", false, "run the command through sh -c")
 	f.Duration("kill-grace", 2*time.Second, "time between SIGTERM and SIGKILL when the lease runs out")
 	f.Duration("drift-margin", 250*time.Millisecond, "safety margin subtracted from every lease, for clock rate differences")
 	f.Duration("zookeeper-margin", 2*time.Second, "extra margin against Apache ZooKeeper, whose followers answer pings on their own")
-	f.Duration("lock-delay", 0, "after a holder's session ended without releasing, wait this long before starting")
-	f.Duration("timeout", 0, "wait at most this long for the lock (0: forever)")
-	f.Bool("try", false, "do not wait: exit 75 if the lock is held")
 	f.StringSlice("auth", nil, "digest credentials user:password (repeatable)")
+	f.Bool("shell", false, "run the command through sh -c")
 	f.BoolP("verbose", "v", false, "log more")
 	f.BoolP("quiet", "q", false, "log only errors")
 	f.String("log-format", "text", "log format on stderr: text or json")
+}
+
+func addRunFlags(cmd *cobra.Command) {
+	addSessionFlags(cmd)
+	f := cmd.Flags()
+	f.String("root", "/coordrun/locks", "znode folder holding every lock")
+	f.String("name", "", "lock name (default: the command's base name)")
+	f.Duration("lock-delay", 0, "after a holder's session ended without releasing, wait this long before starting")
+	f.Duration("timeout", 0, "wait at most this long for the lock (0: forever)")
+	f.Bool("try", false, "do not wait: exit 75 if the lock is held")
+}
+
+// sessionOptions reads the flags of addSessionFlags into supervisor
+// options, with the job environment, the watchdog binary and signal
+// forwarding set up. The caller must signal.Stop(opts.Signals).
+func sessionOptions(cmd *cobra.Command, v *viper.Viper) (supervisor.Options, error) {
+	level := "info"
+	if v.GetBool("verbose") {
+		level = "debug"
+	}
+	if v.GetBool("quiet") {
+		level = "error"
+	}
+	log, err := newLogger(cmd.ErrOrStderr(), v.GetString("log-format"), level)
+	if err != nil {
+		return supervisor.Options{}, err
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return supervisor.Options{}, err
+	}
+	var auth []client.Auth
+	for _, a := range v.GetStringSlice("auth") {
+		if !strings.Contains(a, ":") {
+			return supervisor.Options{}, usageError{fmt.Errorf("--auth %q: want user:password", a)}
+		}
+		auth = append(auth, client.Auth{Scheme: "digest", Secret: []byte(a)})
+	}
+	servers := splitServers(v.GetString("servers"))
+	if len(servers) == 0 {
+		return supervisor.Options{}, usageError{errors.New("--servers is empty")}
+	}
+	// Every signal that would end coordrun goes to the job instead; the
+	// supervisor decides when to stop.
+	sigs := make(chan os.Signal, 8)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2)
+	return supervisor.Options{
+		Servers:        servers,
+		SessionTimeout: v.GetDuration("session-timeout"),
+		Auth:           auth,
+		Env:            os.Environ(),
+		KillGrace:      v.GetDuration("kill-grace"),
+		DriftMargin:    v.GetDuration("drift-margin"),
+		ExtraMargin:    v.GetDuration("zookeeper-margin"),
+		Exe:            exe,
+		Signals:        sigs,
+		Log:            log,
+		Status:         cmd.ErrOrStderr(),
+		TTY:            term.IsTerminal(int(os.Stderr.Fd())) && !v.GetBool("quiet"),
+	}, nil
+}
+
+// exitFrom maps a supervisor outcome to the process's exit.
+func exitFrom(code int, err error) error {
+	var ue supervisor.UsageError
+	if errors.As(err, &ue) {
+		return usageError{ue.Err}
+	}
+	if code == 0 && err == nil {
+		return nil
+	}
+	return exitError{code: code, err: err}
 }
 
 func newRunCommand() *cobra.Command {
@@ -69,77 +140,27 @@ func runRun(cmd *cobra.Command, args []string) error {
 	if err != nil {
 		return err
 	}
-	level := "info"
-	if v.GetBool("verbose") {
-		level = "debug"
-	}
-	if v.GetBool("quiet") {
-		level = "error"
-	}
-	log, err := newLogger(cmd.ErrOrStderr(), v.GetString("log-format"), level)
+	opts, err := sessionOptions(cmd, v)
 	if err != nil {
 		return err
 	}
-	exe, err := os.Executable()
-	if err != nil {
-		return err
-	}
+	defer signal.Stop(opts.Signals)
 	shell := v.GetBool("shell")
-	argv := args
+	opts.Argv = args
 	if shell {
-		argv = []string{"/bin/sh", "-c", strings.Join(args, " ")}
+		opts.Argv = []string{"/bin/sh", "-c", strings.Join(args, " ")}
 	}
-	name := v.GetString("name")
-	if name == "" {
-		name = supervisor.DefaultName(args, shell)
+	opts.Name = v.GetString("name")
+	if opts.Name == "" {
+		opts.Name = supervisor.DefaultName(args, shell)
 	}
-	var auth []client.Auth
-	for _, a := range v.GetStringSlice("auth") {
-		if !strings.Contains(a, ":") {
-			return usageError{fmt.Errorf("--auth %q: want user:password", a)}
-		}
-		auth = append(auth, client.Auth{Scheme: "digest", Secret: []byte(a)})
-	}
-	servers := splitServers(v.GetString("servers"))
-	if len(servers) == 0 {
-		return usageError{errors.New("--servers is empty")}
-	}
-	// Every signal that would end coordrun goes to the job instead; the
-	// supervisor decides when to stop.
-	sigs := make(chan os.Signal, 8)
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2)
-	defer signal.Stop(sigs)
+	opts.Root = v.GetString("root")
+	opts.LockDelay = v.GetDuration("lock-delay")
+	opts.Timeout = v.GetDuration("timeout")
+	opts.Try = v.GetBool("try")
 	if !v.GetBool("quiet") {
-		fmt.Fprintf(cmd.ErrOrStderr(), "coordrun: lock %q\n", name)
+		fmt.Fprintf(cmd.ErrOrStderr(), "coordrun: lock %q\n", opts.Name)
 	}
-	opts := supervisor.Options{
-		Servers:        servers,
-		SessionTimeout: v.GetDuration("session-timeout"),
-		Auth:           auth,
-		Root:           v.GetString("root"),
-		Name:           name,
-		Argv:           argv,
-		Env:            os.Environ(),
-		KillGrace:      v.GetDuration("kill-grace"),
-		DriftMargin:    v.GetDuration("drift-margin"),
-		ExtraMargin:    v.GetDuration("zookeeper-margin"),
-		LockDelay:      v.GetDuration("lock-delay"),
-		Timeout:        v.GetDuration("timeout"),
-		Try:            v.GetBool("try"),
-		Exe:            exe,
-		Signals:        sigs,
-		Log:            log,
-		Status:         cmd.ErrOrStderr(),
-		TTY:            term.IsTerminal(int(os.Stderr.Fd())) && !v.GetBool("quiet"),
-	}
-	// Signals are handled above, not by cancelling the context.
-	code, err := supervisor.Run(context.Background(), opts)
-	var ue supervisor.UsageError
-	if errors.As(err, &ue) {
-		return usageError{ue.Err}
-	}
-	if code == 0 && err == nil {
-		return nil
-	}
-	return exitError{code: code, err: err}
+	// Signals are handled by the supervisor, not by cancelling a context.
+	return exitFrom(supervisor.Run(context.Background(), opts))
 }

@@ -1,0 +1,358 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/coordrun/coordrun/ensemble/client"
+	"github.com/coordrun/coordrun/supervisor"
+	"github.com/spf13/cobra"
+	"go.yaml.in/yaml/v3"
+)
+
+const cronLong = `Run jobs on a schedule across hosts: start the same coordrun cron on every
+host, and each scheduled firing runs exactly once, on one host.
+
+A firing is identified by its job and its scheduled time. When a host's clock
+reaches it, the host claims it in the ensemble; only the first claim succeeds,
+so a host whose clock lags, or that restarts, never runs a firing again.
+
+Schedules use cron syntax with optional seconds ("*/5 * * * *",
+"0 30 3 * * *"), descriptors (@hourly, @daily, @every 10m) and CRON_TZ= or
+--tz for the time zone. Many jobs come from a YAML file with --jobs:
+
+  jobs:
+    - name: nightly
+      schedule: "0 3 * * *"
+      command: /usr/local/bin/nightly.sh      # a string runs through sh -c
+      tz: Europe/Berlin
+      overlap: skip                          # or queue
+      catch-up: 1h
+      history: 100
+
+The job runs like under coordrun run, with COORDRUN_SCHEDULED_TIME added.
+Exit codes: 0 after SIGTERM/SIGINT (running jobs get the signal and are
+waited for), 76 when the session was lost, 64 for bad usage, schedules or
+job files.`
+
+func newCronCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "cron (--schedule SPEC -- command... | --jobs FILE)",
+		Short: "Run scheduled jobs across hosts, each firing exactly once",
+		Long:  cronLong,
+		Args:  cobra.ArbitraryArgs,
+		RunE:  runCron,
+	}
+	addSessionFlags(cmd)
+	f := cmd.Flags()
+	f.String("root", "/coordrun/cron", "znode folder of the cron jobs")
+	f.String("schedule", "", "cron schedule of the job given on the command line")
+	f.String("name", "", "job name (default: the command's base name)")
+	f.String("tz", "", "time zone of the schedule (default: local)")
+	f.String("overlap", supervisor.OverlapSkip, "when the previous run is still going: skip or queue")
+	f.Duration("catch-up", 0, "at start, run the latest missed firing if it is younger than this (0: never)")
+	f.Int("history", 100, "firing records kept per job")
+	f.String("jobs", "", "YAML file of jobs")
+	cmd.AddCommand(newCronHistoryCommand(), newCronListCommand())
+	return cmd
+}
+
+func runCron(cmd *cobra.Command, args []string) error {
+	v, err := loadConfig(cmd)
+	if err != nil {
+		return err
+	}
+	var jobs []*supervisor.CronJob
+	switch file := v.GetString("jobs"); {
+	case file != "" && (len(args) > 0 || v.GetString("schedule") != ""):
+		return usageError{errors.New("give either --jobs FILE or --schedule SPEC -- command, not both")}
+	case file != "":
+		if jobs, err = loadJobsFile(file); err != nil {
+			return usageError{err}
+		}
+	default:
+		if len(args) == 0 || v.GetString("schedule") == "" {
+			return usageError{errors.New("need --schedule SPEC -- command..., or --jobs FILE")}
+		}
+		j := &supervisor.CronJob{
+			Name:    v.GetString("name"),
+			Spec:    v.GetString("schedule"),
+			TZ:      v.GetString("tz"),
+			Argv:    args,
+			Overlap: v.GetString("overlap"),
+			CatchUp: v.GetDuration("catch-up"),
+			History: v.GetInt("history"),
+		}
+		if v.GetBool("shell") {
+			j.Argv = []string{"/bin/sh", "-c", strings.Join(args, " ")}
+		}
+		if j.Name == "" {
+			j.Name = supervisor.DefaultName(args, v.GetBool("shell"))
+		}
+		jobs = []*supervisor.CronJob{j}
+	}
+	// Check every job before connecting: a bad schedule starts nothing.
+	for _, j := range jobs {
+		if err := j.Validate(); err != nil {
+			return usageError{err}
+		}
+	}
+	opts, err := sessionOptions(cmd, v)
+	if err != nil {
+		return err
+	}
+	defer signal.Stop(opts.Signals)
+	return exitFrom(supervisor.RunCron(context.Background(), supervisor.CronOptions{
+		Run:  opts,
+		Root: v.GetString("root"),
+		Jobs: jobs,
+	}))
+}
+
+// jobSpec is one entry of a jobs file.
+type jobSpec struct {
+	Name     string    `yaml:"name"`
+	Schedule string    `yaml:"schedule"`
+	Command  yaml.Node `yaml:"command"`
+	TZ       string    `yaml:"tz"`
+	Overlap  string    `yaml:"overlap"`
+	CatchUp  string    `yaml:"catch-up"`
+	History  int       `yaml:"history"`
+}
+
+// loadJobsFile reads a jobs file, naming the line of the first problem.
+func loadJobsFile(file string) ([]*supervisor.CronJob, error) {
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return nil, err
+	}
+	var doc struct {
+		Jobs []yaml.Node `yaml:"jobs"`
+	}
+	dec := yaml.NewDecoder(strings.NewReader(string(b)))
+	dec.KnownFields(true)
+	if err := dec.Decode(&doc); err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil, fmt.Errorf("%s: empty file", file)
+		}
+		return nil, fmt.Errorf("%s: %w", file, err)
+	}
+	if len(doc.Jobs) == 0 {
+		return nil, fmt.Errorf("%s: no jobs (want a top-level \"jobs:\" list)", file)
+	}
+	var out []*supervisor.CronJob
+	seen := map[string]int{}
+	for _, n := range doc.Jobs {
+		at := func(format string, a ...any) error {
+			return fmt.Errorf("%s:%d: %s", file, n.Line, fmt.Sprintf(format, a...))
+		}
+		var s jobSpec
+		if err := n.Decode(&s); err != nil {
+			return nil, at("%v", err)
+		}
+		if err := checkJobKeys(&n); err != nil {
+			return nil, fmt.Errorf("%s:%v", file, err)
+		}
+		if s.Name == "" {
+			return nil, at("job without a name")
+		}
+		if line, dup := seen[s.Name]; dup {
+			return nil, at("job %s already defined at line %d", s.Name, line)
+		}
+		seen[s.Name] = n.Line
+		j := &supervisor.CronJob{Name: s.Name, Spec: s.Schedule, TZ: s.TZ, Overlap: s.Overlap, History: s.History}
+		switch s.Command.Kind {
+		case yaml.ScalarNode:
+			if strings.TrimSpace(s.Command.Value) != "" {
+				j.Argv = []string{"/bin/sh", "-c", s.Command.Value}
+			}
+		case yaml.SequenceNode:
+			if err := s.Command.Decode(&j.Argv); err != nil {
+				return nil, at("job %s: command: %v", s.Name, err)
+			}
+		case 0:
+		default:
+			return nil, at("job %s: command must be a string or a list", s.Name)
+		}
+		if s.CatchUp != "" {
+			if j.CatchUp, err = time.ParseDuration(s.CatchUp); err != nil {
+				return nil, at("job %s: catch-up: %v", s.Name, err)
+			}
+		}
+		if err := j.Validate(); err != nil {
+			return nil, at("%v", err)
+		}
+		out = append(out, j)
+	}
+	return out, nil
+}
+
+// checkJobKeys rejects unknown keys in a job entry, with their line.
+func checkJobKeys(n *yaml.Node) error {
+	if n.Kind != yaml.MappingNode {
+		return fmt.Errorf("%d: a job must be a mapping", n.Line)
+	}
+	known := map[string]bool{"name": true, "schedule": true, "command": true, "tz": true, "overlap": true, "catch-up": true, "history": true}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		if k := n.Content[i]; !known[k.Value] {
+			return fmt.Errorf("%d: unknown job key %q", k.Line, k.Value)
+		}
+	}
+	return nil
+}
+
+func cronClient(cmd *cobra.Command, v interface {
+	GetString(string) string
+	GetDuration(string) time.Duration
+}) (*client.Client, context.Context, context.CancelFunc, error) {
+	servers := splitServers(v.GetString("servers"))
+	if len(servers) == 0 {
+		return nil, nil, nil, usageError{errors.New("--servers is empty")}
+	}
+	ctx, cancel := context.WithTimeout(cmd.Context(), v.GetDuration("timeout"))
+	c, err := client.Connect(ctx, client.Config{Servers: servers, SessionTimeout: 10 * time.Second})
+	if err != nil {
+		cancel()
+		return nil, nil, nil, usageError{fmt.Errorf("connect to %s: %w", v.GetString("servers"), err)}
+	}
+	return c, ctx, cancel, nil
+}
+
+func addInspectFlags(cmd *cobra.Command, root string) {
+	f := cmd.Flags()
+	f.String("servers", "127.0.0.1:2181", "ensemble members, host:port,...")
+	f.String("root", root, "znode folder")
+	f.Bool("json", false, "print JSON")
+	f.Duration("timeout", 10*time.Second, "give up after this long")
+}
+
+func newCronHistoryCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "history JOB",
+		Short: "Show a job's firings: scheduled time, host, token, start, duration, exit code",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			v, err := loadConfig(cmd)
+			if err != nil {
+				return err
+			}
+			c, ctx, cancel, err := cronClient(cmd, v)
+			if err != nil {
+				return err
+			}
+			defer cancel()
+			defer c.Close()
+			recs, err := supervisor.CronHistory(ctx, c, v.GetString("root"), args[0])
+			if err != nil {
+				return err
+			}
+			if n := v.GetInt("last"); n > 0 && len(recs) > n {
+				recs = recs[len(recs)-n:]
+			}
+			if v.GetBool("json") {
+				return writeJSON(cmd.OutOrStdout(), recs)
+			}
+			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "SCHEDULED\tSTATE\tHOST\tPID\tTOKEN\tSTART\tDURATION\tEXIT\tNOTE")
+			for _, r := range recs {
+				start, dur, exit := "", "", ""
+				if !r.Start.IsZero() {
+					start = r.Start.Local().Format(time.TimeOnly)
+				}
+				if !r.End.IsZero() && !r.Start.IsZero() {
+					dur = r.End.Sub(r.Start).Round(time.Millisecond).String()
+				}
+				if r.ExitCode != nil {
+					exit = fmt.Sprint(*r.ExitCode)
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\n", r.Scheduled.Local().Format(time.DateTime), r.State, r.Host, r.PID, r.Token, start, dur, exit, r.Reason)
+			}
+			return tw.Flush()
+		},
+	}
+	addInspectFlags(cmd, "/coordrun/cron")
+	cmd.Flags().Int("last", 20, "show only the newest N firings (0: all)")
+	return cmd
+}
+
+// cronListEntry is one row of `coordrun cron list`.
+type cronListEntry struct {
+	supervisor.CronJobInfo
+	Next  *time.Time               `json:"next,omitempty"`
+	Last  *supervisor.FiringRecord `json:"last,omitempty"`
+	Hosts []supervisor.HolderInfo  `json:"hosts"`
+}
+
+func newCronListCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "list",
+		Short: "List cron jobs: schedule, last run, next firing, hosts taking part",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			v, err := loadConfig(cmd)
+			if err != nil {
+				return err
+			}
+			c, ctx, cancel, err := cronClient(cmd, v)
+			if err != nil {
+				return err
+			}
+			defer cancel()
+			defer c.Close()
+			jobs, hosts, err := supervisor.CronJobs(ctx, c, v.GetString("root"))
+			if err != nil {
+				return err
+			}
+			entries := []cronListEntry{}
+			for _, j := range jobs {
+				e := cronListEntry{CronJobInfo: j, Hosts: hosts[j.Name]}
+				if s, err := supervisor.ParseSchedule(j.Schedule, j.TZ); err == nil {
+					n := s.Next(time.Now())
+					e.Next = &n
+				}
+				if recs, err := supervisor.CronHistory(ctx, c, v.GetString("root"), j.Name); err == nil && len(recs) > 0 {
+					e.Last = &recs[len(recs)-1]
+				}
+				if e.Hosts == nil {
+					e.Hosts = []supervisor.HolderInfo{}
+				}
+				entries = append(entries, e)
+			}
+			if v.GetBool("json") {
+				return writeJSON(cmd.OutOrStdout(), entries)
+			}
+			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "JOB\tSCHEDULE\tNEXT\tLAST\tSTATE\tHOST\tEXIT\tHOSTS")
+			for _, e := range entries {
+				next, last, state, host, exit := "", "", "", "", ""
+				if e.Next != nil {
+					next = e.Next.Local().Format(time.DateTime)
+				}
+				if e.Last != nil {
+					last, state, host = e.Last.Scheduled.Local().Format(time.DateTime), e.Last.State, e.Last.Host
+					if e.Last.ExitCode != nil {
+						exit = fmt.Sprint(*e.Last.ExitCode)
+					}
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\n", e.Name, e.Schedule, next, last, state, host, exit, len(e.Hosts))
+			}
+			return tw.Flush()
+		},
+	}
+	addInspectFlags(cmd, "/coordrun/cron")
+	return cmd
+}
+
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}

@@ -1,0 +1,565 @@
+package supervisor
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/coordrun/coordrun/ensemble/client"
+	"github.com/coordrun/coordrun/ensemble/wire"
+	"github.com/coordrun/coordrun/fencing"
+	"github.com/robfig/cron/v3"
+)
+
+// Cron across hosts. Every host runs the same schedule; each firing runs
+// once, on one host.
+//
+// A firing is its job and its *scheduled* time, never the time a host got
+// around to it. When a host's clock reaches a firing, it claims it by
+// creating the persistent node <root>/<job>/firings/<scheduled unix s>;
+// the ensemble lets exactly one create succeed, and only that host runs
+// the firing. A host whose clock lags finds the firing claimed and skips
+// it; a claimed firing is never run again, whoever crashed. There is no
+// leader to elect or lose: every live host is a candidate for every
+// firing, so a dead host costs nothing but its own running job.
+//
+// The claimant then runs the job under the same lock recipe and watchdog
+// as coordrun run (lock folder <root>/<job>/lock), which also enforces the
+// overlap policy: "skip" tries the lock and records the firing as skipped
+// if the previous run still holds it; "queue" waits for it.
+
+// Overlap policies.
+const (
+	OverlapSkip  = "skip"
+	OverlapQueue = "queue"
+)
+
+// CronJob is one scheduled job.
+type CronJob struct {
+	Name     string
+	Spec     string // robfig/cron syntax, seconds optional, descriptors, CRON_TZ=
+	TZ       string // time zone name; empty: local, unless Spec has CRON_TZ=
+	Argv     []string
+	Overlap  string        // OverlapSkip (default) or OverlapQueue
+	CatchUp  time.Duration // run the latest missed firing if younger than this; 0: never
+	History  int           // firing records kept; default 100
+	schedule cron.Schedule
+}
+
+// ParseSchedule parses a schedule the way cron jobs are configured: five
+// fields or six with seconds, @descriptors, @every, optional CRON_TZ=.
+func ParseSchedule(spec, tz string) (cron.Schedule, error) {
+	if strings.TrimSpace(spec) == "" {
+		return nil, errors.New("empty schedule")
+	}
+	if tz != "" {
+		if _, err := time.LoadLocation(tz); err != nil {
+			return nil, fmt.Errorf("time zone %q: %w", tz, err)
+		}
+		if !strings.HasPrefix(spec, "CRON_TZ=") && !strings.HasPrefix(spec, "TZ=") {
+			spec = "CRON_TZ=" + tz + " " + spec
+		}
+	}
+	p := cron.NewParser(cron.SecondOptional | cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow | cron.Descriptor)
+	s, err := p.Parse(spec)
+	if err != nil {
+		return nil, fmt.Errorf("schedule %q: %w", spec, err)
+	}
+	if every, ok := s.(cron.ConstantDelaySchedule); ok {
+		return alignedEvery{every.Delay}, nil
+	}
+	return s, nil
+}
+
+// alignedEvery is "@every D" fixed to multiples of D since the Unix epoch.
+// robfig/cron counts from when the process started, which differs per
+// host; the firings of all hosts must be the same instants.
+type alignedEvery struct{ d time.Duration }
+
+func (a alignedEvery) Next(t time.Time) time.Time {
+	n := t.UnixNano()
+	step := a.d.Nanoseconds()
+	return time.Unix(0, (n/step+1)*step).In(t.Location())
+}
+
+// Validate checks the job and parses its schedule.
+func (j *CronJob) Validate() error {
+	if j.Name == "" || strings.ContainsAny(j.Name, "/\x00") || j.Name == "." || j.Name == ".." {
+		return fmt.Errorf("bad job name %q", j.Name)
+	}
+	if len(j.Argv) == 0 {
+		return fmt.Errorf("job %s: no command", j.Name)
+	}
+	s, err := ParseSchedule(j.Spec, j.TZ)
+	if err != nil {
+		return fmt.Errorf("job %s: %w", j.Name, err)
+	}
+	j.schedule = s
+	switch j.Overlap {
+	case "":
+		j.Overlap = OverlapSkip
+	case OverlapSkip, OverlapQueue:
+	default:
+		return fmt.Errorf("job %s: overlap %q: want skip or queue", j.Name, j.Overlap)
+	}
+	if j.CatchUp < 0 {
+		return fmt.Errorf("job %s: negative catch-up window", j.Name)
+	}
+	if j.History == 0 {
+		j.History = 100
+	}
+	if j.History < 1 {
+		return fmt.Errorf("job %s: history must keep at least 1 firing", j.Name)
+	}
+	return nil
+}
+
+// Next is the job's first firing after t.
+func (j *CronJob) Next(t time.Time) time.Time { return j.schedule.Next(t) }
+
+// FiringRecord is the data of a firing's node.
+type FiringRecord struct {
+	Job       string    `json:"job"`
+	Scheduled time.Time `json:"scheduled"`
+	State     string    `json:"state"` // claimed, running, done, skipped, lost
+	Reason    string    `json:"reason,omitempty"`
+	Host      string    `json:"host"`
+	PID       int       `json:"pid"`
+	Nonce     string    `json:"nonce"`
+	Claimed   time.Time `json:"claimed"`
+	Token     int64     `json:"token,omitempty"`
+	Start     time.Time `json:"start,omitzero"`
+	End       time.Time `json:"end,omitzero"`
+	ExitCode  *int      `json:"exit_code,omitempty"`
+}
+
+// CronOptions configure a cron process.
+type CronOptions struct {
+	Run  Options // connection, kill timing, Exe, Env, Signals, Log; Argv and Name unused
+	Root string  // e.g. /coordrun/cron
+	Jobs []*CronJob
+	// Now is the scheduling clock; tests skew it per host. Default
+	// time.Now.
+	Now func() time.Time
+	// OnFire, when set, observes every firing this host handled.
+	OnFire func(job string, rec FiringRecord)
+}
+
+func firingName(t time.Time) string { return fmt.Sprintf("%013d", t.Unix()) }
+
+// RunCron schedules the jobs until ctx ends or the session is lost, and
+// returns coordrun's exit code.
+func RunCron(ctx context.Context, o CronOptions) (int, error) {
+	if len(o.Jobs) == 0 {
+		return ExitUsage, UsageError{errors.New("no jobs")}
+	}
+	names := map[string]bool{}
+	for _, j := range o.Jobs {
+		if err := j.Validate(); err != nil {
+			return ExitUsage, UsageError{err}
+		}
+		if names[j.Name] {
+			return ExitUsage, UsageError{fmt.Errorf("job %s defined twice", j.Name)}
+		}
+		names[j.Name] = true
+	}
+	ro := o.Run
+	ro.Name, ro.Argv, ro.Root = "cron", []string{"cron"}, o.Root
+	if err := ro.Validate(); err != nil {
+		return ExitUsage, err
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	log := ro.Log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+		ro.Log = log
+	}
+	cctx, cancel := context.WithTimeout(ctx, max(ro.SessionTimeout, 10*time.Second))
+	c, err := client.Connect(cctx, client.Config{Servers: ro.Servers, SessionTimeout: ro.SessionTimeout,
+		PingInterval: ro.SessionTimeout / 5, Auth: ro.Auth, Logger: log})
+	cancel()
+	if err != nil {
+		return ExitUsage, fmt.Errorf("connect to %s: %w", strings.Join(ro.Servers, ","), err)
+	}
+	defer c.Close()
+	margin := ro.DriftMargin
+	if ro.ExtraMargin > 0 && isApacheZooKeeper(ro.Servers) {
+		margin += ro.ExtraMargin
+	}
+	s := &cronHost{c: c, o: o, ro: ro, log: log, margin: margin, leases: newLeaseFanout(c), sigs: map[chan os.Signal]struct{}{}}
+	for _, j := range o.Jobs {
+		if err := s.register(ctx, j); err != nil {
+			return ExitUsage, err
+		}
+	}
+	sctx, stop := context.WithCancel(ctx)
+	defer stop()
+	var wg sync.WaitGroup
+	for _, j := range o.Jobs {
+		wg.Add(1)
+		go func() { defer wg.Done(); s.schedule(sctx, j) }()
+	}
+	code := 0
+	var runErr error
+	func() {
+		for {
+			select {
+			case sig := <-ro.Signals:
+				if sig == syscall.SIGUSR1 || sig == syscall.SIGUSR2 {
+					s.forward(sig)
+					continue
+				}
+				log.Info("stopping: no new firings; running jobs get the signal", "signal", sig.String())
+				s.forward(sig)
+				return
+			case <-c.Done():
+				code, runErr = ExitSessionLost, fmt.Errorf("session lost: %w", c.Err())
+				log.Error("session lost; stopping scheduling", "err", c.Err())
+				return
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	stop()
+	wg.Wait()
+	if s.sessionLost.Load() && code == 0 {
+		code, runErr = ExitSessionLost, errors.New("session lost; a running job was killed")
+	}
+	return code, runErr
+}
+
+// cronHost is one host's cron process.
+type cronHost struct {
+	c      *client.Client
+	o      CronOptions
+	ro     Options
+	log    *slog.Logger
+	margin time.Duration
+	leases *leaseFanout
+
+	mu          sync.Mutex
+	sigs        map[chan os.Signal]struct{}
+	sessionLost atomic.Bool
+}
+
+func (s *cronHost) forward(sig os.Signal) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for ch := range s.sigs {
+		select {
+		case ch <- sig:
+		default:
+		}
+	}
+}
+
+// CronJobInfo is what a cron process publishes about a job, for
+// `coordrun cron list`.
+type CronJobInfo struct {
+	Name     string   `json:"name"`
+	Schedule string   `json:"schedule"`
+	TZ       string   `json:"tz,omitempty"`
+	Command  []string `json:"command"`
+	Overlap  string   `json:"overlap"`
+	CatchUp  string   `json:"catch_up,omitempty"`
+}
+
+// register publishes the job's definition and this host as a candidate.
+func (s *cronHost) register(ctx context.Context, j *CronJob) error {
+	dir := path.Join(s.o.Root, j.Name)
+	for _, p := range []string{path.Join(dir, "firings"), path.Join(dir, "hosts")} {
+		if err := ensurePath(ctx, s.c, p); err != nil {
+			return err
+		}
+	}
+	info := CronJobInfo{Name: j.Name, Schedule: j.Spec, TZ: j.TZ, Command: j.Argv, Overlap: j.Overlap}
+	if j.CatchUp > 0 {
+		info.CatchUp = j.CatchUp.String()
+	}
+	b, _ := json.Marshal(info)
+	if _, err := s.c.Set(ctx, dir, b, -1); err != nil {
+		return err
+	}
+	hi := holderInfo(s.ro.Argv)
+	hb, _ := json.Marshal(hi)
+	_, err := s.c.Create(ctx, path.Join(dir, "hosts", fmt.Sprintf("%s-%d-", hi.Host, hi.PID)), hb, wire.FlagEphemeralSequential, client.OpenACL)
+	return err
+}
+
+// schedule fires the job at each scheduled time until ctx ends.
+func (s *cronHost) schedule(ctx context.Context, j *CronJob) {
+	var runs sync.WaitGroup
+	defer runs.Wait()
+	if j.CatchUp > 0 {
+		if t, ok := latestMissed(j, s.o.Now(), j.CatchUp); ok {
+			runs.Add(1)
+			go func() { defer runs.Done(); s.fire(ctx, j, t, true) }()
+		}
+	}
+	now := s.o.Now()
+	next := j.Next(now)
+	for {
+		// Sleep until this host's clock reaches the firing; re-check on
+		// waking, since the clock is this host's own and may be skewed.
+		for {
+			d := next.Sub(s.o.Now())
+			if d <= 0 {
+				break
+			}
+			t := time.NewTimer(d)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return
+			case <-t.C:
+			}
+		}
+		at := next
+		runs.Add(1)
+		go func() { defer runs.Done(); s.fire(ctx, j, at, false) }()
+		// The next firing after this one, not after now: a process
+		// that wakes late still has only one firing in hand, and
+		// firings it slept through are missed (or caught up at start).
+		next = j.Next(at)
+		if n := s.o.Now(); next.Before(n) {
+			next = j.Next(n)
+		}
+	}
+}
+
+// latestMissed finds the latest scheduled time in (now-window, now].
+func latestMissed(j *CronJob, now time.Time, window time.Duration) (time.Time, bool) {
+	var last time.Time
+	t := j.Next(now.Add(-window))
+	for i := 0; i < 1_000_000 && !t.After(now) && !t.IsZero(); i++ {
+		last = t
+		t = j.Next(t)
+	}
+	return last, !last.IsZero()
+}
+
+// fire claims one firing and, if this host won it, runs it.
+func (s *cronHost) fire(ctx context.Context, j *CronJob, at time.Time, catchUp bool) {
+	dir := path.Join(s.o.Root, j.Name)
+	node := path.Join(dir, "firings", firingName(at))
+	hi := holderInfo(s.ro.Argv)
+	var rnd [8]byte
+	_, _ = rand.Read(rnd[:])
+	rec := FiringRecord{Job: j.Name, Scheduled: at.UTC(), State: "claimed", Host: hi.Host, PID: hi.PID,
+		Nonce: hex.EncodeToString(rnd[:]), Claimed: time.Now().UTC()}
+	if catchUp {
+		rec.Reason = "catch-up"
+	}
+	won, err := s.claim(ctx, node, &rec)
+	if err != nil {
+		s.log.Warn("claim failed", "job", j.Name, "scheduled", at, "err", err)
+		return
+	}
+	if !won {
+		s.log.Debug("firing already claimed", "job", j.Name, "scheduled", at)
+		return
+	}
+	s.log.Info("firing claimed", "job", j.Name, "scheduled", at.Format(time.RFC3339), "catch_up", catchUp)
+	s.runFiring(ctx, j, node, &rec)
+	if s.o.OnFire != nil {
+		s.o.OnFire(j.Name, rec)
+	}
+	s.prune(ctx, dir, j.History)
+}
+
+// claim creates the firing's node if no one has. A create whose reply was
+// lost is resolved by reading the node back and comparing the nonce.
+func (s *cronHost) claim(ctx context.Context, node string, rec *FiringRecord) (bool, error) {
+	b, _ := json.Marshal(rec)
+	for {
+		_, err := s.c.Create(ctx, node, b, 0, client.OpenACL)
+		switch {
+		case err == nil:
+			return true, nil
+		case errors.Is(err, wire.ErrNodeExists):
+		case errors.Is(err, client.ErrConnectionLoss):
+		default:
+			return false, err
+		}
+		if err := s.c.Sync(ctx, node); err != nil {
+			if errors.Is(err, client.ErrConnectionLoss) {
+				continue
+			}
+			return false, err
+		}
+		data, _, err := s.c.Get(ctx, node)
+		if errors.Is(err, wire.ErrNoNode) {
+			continue
+		}
+		if err != nil {
+			return false, err
+		}
+		var other FiringRecord
+		_ = json.Unmarshal(data, &other)
+		return other.Nonce == rec.Nonce, nil
+	}
+}
+
+func (s *cronHost) update(ctx context.Context, node string, rec *FiringRecord) {
+	b, _ := json.Marshal(rec)
+	if _, err := s.c.Set(ctx, node, b, -1); err != nil {
+		s.log.Warn("could not record firing", "node", node, "err", err)
+	}
+}
+
+// runFiring runs a claimed firing under the job's lock.
+func (s *cronHost) runFiring(ctx context.Context, j *CronJob, node string, rec *FiringRecord) {
+	// Records must be written even while shutting down.
+	wctx := context.WithoutCancel(ctx)
+	dir := path.Join(s.o.Root, j.Name, "lock")
+	e, err := enter(wctx, s.c, dir, holderInfo(j.Argv))
+	if err != nil {
+		rec.State, rec.Reason = "lost", err.Error()
+		s.update(wctx, node, rec)
+		return
+	}
+	held := false
+	defer func() {
+		rctx, cancel := context.WithTimeout(wctx, 5*time.Second)
+		defer cancel()
+		_ = e.release(rctx, held)
+	}()
+	if err := e.wait(ctx, j.Overlap == OverlapSkip, nil); err != nil {
+		rec.State = "skipped"
+		rec.Reason = "previous run still going"
+		if !errors.Is(err, ErrNotAcquired) {
+			rec.State, rec.Reason = "lost", err.Error()
+		}
+		s.update(wctx, node, rec)
+		return
+	}
+	held = true
+	if _, err := e.markHeld(wctx); err != nil {
+		rec.State, rec.Reason = "lost", err.Error()
+		s.update(wctx, node, rec)
+		return
+	}
+	rec.State, rec.Token, rec.Start = "running", e.czxid, time.Now().UTC()
+	s.update(wctx, node, rec)
+
+	sigs := make(chan os.Signal, 4)
+	s.mu.Lock()
+	s.sigs[sigs] = struct{}{}
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		delete(s.sigs, sigs)
+		s.mu.Unlock()
+	}()
+	ro := s.ro
+	ro.Name, ro.Argv, ro.Signals = j.Name, j.Argv, sigs
+	extra := []string{fencing.EnvScheduledTime + "=" + rec.Scheduled.Format(time.RFC3339)}
+	s.log.Info("running", "job", j.Name, "scheduled", rec.Scheduled.Format(time.RFC3339), "token", e.czxid)
+	code, err := runHeld(ro, s.c, s.leases, e, s.margin, extra, s.log)
+	rec.End = time.Now().UTC()
+	rec.ExitCode = &code
+	rec.State = "done"
+	if code == ExitSessionLost && err != nil {
+		rec.State, rec.Reason = "lost", err.Error()
+		s.sessionLost.Store(true)
+	}
+	s.log.Info("finished", "job", j.Name, "scheduled", rec.Scheduled.Format(time.RFC3339), "exit", code, "duration", rec.End.Sub(rec.Start))
+	s.update(wctx, node, rec)
+}
+
+// prune keeps the newest keep firing records.
+func (s *cronHost) prune(ctx context.Context, dir string, keep int) {
+	kids, _, err := s.c.Children(ctx, path.Join(dir, "firings"))
+	if err != nil || len(kids) <= keep {
+		return
+	}
+	sort.Strings(kids)
+	for _, k := range kids[:len(kids)-keep] {
+		_ = s.c.Delete(ctx, path.Join(dir, "firings", k), -1)
+	}
+}
+
+// CronHistory reads a job's firing records, oldest first.
+func CronHistory(ctx context.Context, c *client.Client, root, job string) ([]FiringRecord, error) {
+	dir := path.Join(root, job, "firings")
+	kids, _, err := c.Children(ctx, dir)
+	if errors.Is(err, wire.ErrNoNode) {
+		return nil, fmt.Errorf("no cron job %q under %s", job, root)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("job %s: %w", job, err)
+	}
+	sort.Strings(kids)
+	out := make([]FiringRecord, 0, len(kids))
+	for _, k := range kids {
+		b, _, err := c.Get(ctx, path.Join(dir, k))
+		if errors.Is(err, wire.ErrNoNode) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		var r FiringRecord
+		if err := json.Unmarshal(b, &r); err != nil {
+			secs, _ := strconv.ParseInt(k, 10, 64)
+			r = FiringRecord{Job: job, Scheduled: time.Unix(secs, 0).UTC(), State: "unreadable"}
+		}
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+// CronJobs lists the jobs registered under root with their definitions
+// and live hosts.
+func CronJobs(ctx context.Context, c *client.Client, root string) ([]CronJobInfo, map[string][]HolderInfo, error) {
+	kids, _, err := c.Children(ctx, root)
+	if errors.Is(err, wire.ErrNoNode) {
+		return nil, nil, nil
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	sort.Strings(kids)
+	var jobs []CronJobInfo
+	hosts := map[string][]HolderInfo{}
+	for _, k := range kids {
+		b, _, err := c.Get(ctx, path.Join(root, k))
+		if err != nil {
+			continue
+		}
+		var info CronJobInfo
+		if json.Unmarshal(b, &info) != nil {
+			continue
+		}
+		jobs = append(jobs, info)
+		hk, _, _ := c.Children(ctx, path.Join(root, k, "hosts"))
+		sort.Strings(hk)
+		for _, h := range hk {
+			hb, _, err := c.Get(ctx, path.Join(root, k, "hosts", h))
+			if err != nil {
+				continue
+			}
+			var hi HolderInfo
+			if json.Unmarshal(hb, &hi) == nil {
+				hosts[info.Name] = append(hosts[info.Name], hi)
+			}
+		}
+	}
+	return jobs, hosts, nil
+}
