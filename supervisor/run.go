@@ -152,7 +152,13 @@ func Run(ctx context.Context, o Options) (int, error) {
 	defer func() {
 		// Whatever happened, leave the queue (a no-op once the session is
 		// gone: the node went with it).
-		rctx, rcancel := context.WithTimeout(context.Background(), 5*time.Second)
+		// Once the lease has lapsed the session is likely gone (and the
+		// node with it); do not hang on an unreachable ensemble.
+		wait := 5 * time.Second
+		if time.Until(c.Lease()) <= 0 {
+			wait = 500 * time.Millisecond
+		}
+		rctx, rcancel := context.WithTimeout(context.Background(), wait)
 		defer rcancel()
 		if err := e.release(rctx, held); err != nil && !errors.Is(err, client.ErrSessionExpired) && !errors.Is(err, client.ErrClosed) {
 			log.Warn("could not release", "node", e.node, "err", err)

@@ -172,6 +172,12 @@ func RunWatchdog(cfg WatchdogConfig) int {
 			group(syscall.SIGKILL)
 			reapOrphans()
 			code, sig := exitCode(ws)
+			if reason == "" && BoottimeNow() >= deadline-Boottime(killSlack) {
+				// It ended past its deadline (this process was frozen,
+				// say, and the exit and the timer became ready together):
+				// it ran without a lease at the end, whatever its code.
+				reason = ReasonDeadline
+			}
 			if reason == "" {
 				reason = ReasonExit
 			}

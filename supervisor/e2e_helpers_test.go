@@ -1,0 +1,1158 @@
+package supervisor_test
+
+// Helpers of the end-to-end tests in e2e_test.go: the coordrun binary, the
+// job the tests run under it (this test binary, re-executed), the two
+// backends (an in-process coordrun ensemble and a standalone Apache
+// ZooKeeper), processes and their cleanup, and a TCP proxy that can drop
+// all traffic.
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/coordrun/coordrun/ensemble"
+	"github.com/coordrun/coordrun/ensemble/client"
+	"github.com/coordrun/coordrun/ensemble/wire"
+	"github.com/coordrun/coordrun/supervisor"
+)
+
+// --- the binary under test and the job helper -------------------------------
+
+var (
+	e2eBin  string // the coordrun binary: $COORDRUN_BIN or built by TestMain
+	e2eSelf string // this test binary, re-executed as a job (childMain)
+)
+
+// childArg as the first argument turns this test binary into a job.
+const childArg = "__e2e_child"
+
+// markVar is set on every process a test starts; the supervisor passes its
+// environment on to the watchdog and the job, so each test's cleanup finds
+// all of its descendants by it, however they were orphaned or stopped.
+const markVar = "COORDRUN_E2E_MARK_ID"
+
+func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && os.Args[1] == childArg {
+		os.Exit(childMain(os.Args[2:]))
+	}
+	os.Exit(e2eMain(m))
+}
+
+func e2eMain(m *testing.M) int {
+	self, err := os.Executable()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "e2e:", err)
+		return 1
+	}
+	e2eSelf = self
+	if b := os.Getenv("COORDRUN_BIN"); b != "" {
+		abs, err := filepath.Abs(b)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "COORDRUN_BIN:", err)
+			return 1
+		}
+		e2eBin = abs
+	} else {
+		// A temp dir rather than tmp/ in the work tree: nothing to clean
+		// up or to keep out of git.
+		dir, err := os.MkdirTemp("", "coordrun-e2e-")
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		defer os.RemoveAll(dir)
+		e2eBin = filepath.Join(dir, "coordrun")
+		build := exec.Command("go", "build", "-o", e2eBin, "../cmd/coordrun")
+		build.Stdout, build.Stderr = os.Stderr, os.Stderr
+		if err := build.Run(); err != nil {
+			fmt.Fprintln(os.Stderr, "building coordrun:", err)
+			return 1
+		}
+	}
+	code := m.Run()
+	shared.closeAll()
+	return code
+}
+
+// childMain is the job: it appends lines to a log file, one write(2) per
+// line (O_APPEND keeps lines of concurrent writers whole):
+//
+//	start <label> <unix-ns> <token> <pid>
+//	sig   <label> <unix-ns> <token> <SIGNAME>
+//	end   <label> <unix-ns> <token> <how>
+//
+// Flags: -after FILE waits for FILE to exist first; then it runs -hold
+// long (or -forever); -trap records the listed signals (and keeps
+// running); -die SIG dies of SIG once it has recorded it; -exitafter N
+// exits after N recorded signals; -exit N is the exit code.
+func childMain(args []string) int {
+	fs := flag.NewFlagSet(childArg, flag.ContinueOnError)
+	logPath := fs.String("log", "", "")
+	label := fs.String("label", "job", "")
+	after := fs.String("after", "", "")
+	hold := fs.Duration("hold", 0, "")
+	forever := fs.Bool("forever", false, "")
+	exitCode := fs.Int("exit", 0, "")
+	trap := fs.String("trap", "", "")
+	die := fs.String("die", "", "")
+	exitAfter := fs.Int("exitafter", 0, "")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	f, err := os.OpenFile(*logPath, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "child:", err)
+		return 2
+	}
+	token := os.Getenv("COORDRUN_FENCING_TOKEN")
+	if token == "" {
+		token = "-"
+	}
+	line := func(kind, extra string) {
+		_, _ = f.Write([]byte(fmt.Sprintf("%s %s %d %s %s\n", kind, *label, time.Now().UnixNano(), token, extra)))
+	}
+	sigs := make(chan os.Signal, 16)
+	for _, name := range splitList(*trap) {
+		signal.Notify(sigs, sigByName(name))
+	}
+	line("start", strconv.Itoa(os.Getpid()))
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	n := 0
+	onSignal := func(s os.Signal) (int, bool) {
+		n++
+		name := sigName(s.(syscall.Signal))
+		line("sig", name)
+		if name == *die {
+			line("end", "died-"+name)
+			dieOf(name)
+		}
+		if *exitAfter > 0 && n >= *exitAfter {
+			line("end", "exitafter")
+			return *exitCode, true
+		}
+		return 0, false
+	}
+	for *after != "" {
+		if _, err := os.Stat(*after); err == nil {
+			break
+		}
+		select {
+		case s := <-sigs:
+			if code, done := onSignal(s); done {
+				return code
+			}
+		case <-tick.C:
+		}
+	}
+	var holdC <-chan time.Time
+	if !*forever {
+		holdC = time.After(*hold)
+	}
+	for {
+		select {
+		case s := <-sigs:
+			if code, done := onSignal(s); done {
+				return code
+			}
+		case <-holdC:
+			line("end", "exit")
+			return *exitCode
+		}
+	}
+}
+
+// dieOf ends the process by signal name. A Go program cannot restore the
+// default action of every signal (SIGUSR1 stays caught), so it becomes a
+// shell that signals itself: exec resets caught signals to their default.
+func dieOf(name string) {
+	_ = syscall.Exec("/bin/sh", []string{"sh", "-c", "kill -s " + name + " $$; sleep 5"}, os.Environ())
+	os.Exit(99)
+}
+
+var signalNames = map[string]syscall.Signal{
+	"HUP": syscall.SIGHUP, "INT": syscall.SIGINT, "QUIT": syscall.SIGQUIT, "TERM": syscall.SIGTERM,
+	"USR1": syscall.SIGUSR1, "USR2": syscall.SIGUSR2, "KILL": syscall.SIGKILL, "STOP": syscall.SIGSTOP,
+}
+
+func sigByName(name string) syscall.Signal {
+	s, ok := signalNames[name]
+	if !ok {
+		panic("unknown signal " + name)
+	}
+	return s
+}
+
+func sigName(s syscall.Signal) string {
+	for n, v := range signalNames {
+		if v == s {
+			return n
+		}
+	}
+	return strconv.Itoa(int(s))
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// --- small utilities -----------------------------------------------------------
+
+// waitUntil polls cond until it holds, or fails the test after d.
+func waitUntil(t testing.TB, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", d, what)
+		}
+		<-tick.C
+	}
+}
+
+func randHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+func ms(d time.Duration) string { return d.Round(time.Millisecond).String() }
+
+// lockedBuffer collects a process's output.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// baseEnv is our environment without COORDRUN_* variables, which would
+// configure the binary behind the test's back.
+//
+// GORACE=atexit_sleep_ms=0: the job is this test binary, and one built
+// with -race otherwise sleeps a second before it exits.
+func baseEnv() []string {
+	var env []string
+	gorace := "atexit_sleep_ms=0"
+	for _, kv := range os.Environ() {
+		if v, ok := strings.CutPrefix(kv, "GORACE="); ok {
+			gorace = v + " " + gorace
+			continue
+		}
+		if !strings.HasPrefix(kv, "COORDRUN_") {
+			env = append(env, kv)
+		}
+	}
+	return append(env, "GORACE="+gorace)
+}
+
+// fourLetter sends a four-letter word and returns the answer.
+func fourLetter(addr, word string) (string, error) {
+	c, err := net.DialTimeout("tcp", addr, time.Second)
+	if err != nil {
+		return "", err
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(3 * time.Second))
+	if _, err := c.Write([]byte(word)); err != nil {
+		return "", err
+	}
+	b, err := io.ReadAll(c)
+	return string(b), err
+}
+
+// --- /proc ------------------------------------------------------------------
+
+// procState is the state letter of pid ('R', 'S', 'T', 'Z', ...), or 0
+// when there is no such process.
+func procState(pid int) byte {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 || i+2 >= len(s) {
+		return 0
+	}
+	return s[i+2]
+}
+
+// alive: pid exists and is not a zombie (a killed job that its stopped
+// parent has not reaped yet is dead).
+func alive(pid int) bool {
+	st := procState(pid)
+	return st != 0 && st != 'Z' && st != 'X'
+}
+
+// procParent is pid's parent, or 0.
+func procParent(pid int) int {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	f := strings.Fields(s[i+1:])
+	if len(f) < 2 {
+		return 0
+	}
+	pp, _ := strconv.Atoi(f[1])
+	return pp
+}
+
+// allPids lists every process.
+func allPids() []int {
+	ents, _ := os.ReadDir("/proc")
+	var out []int
+	for _, e := range ents {
+		if n, err := strconv.Atoi(e.Name()); err == nil {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// pidsWithArgv lists live processes whose argv is exactly argv.
+func pidsWithArgv(argv ...string) []int {
+	want := []byte(strings.Join(argv, "\x00") + "\x00")
+	var out []int
+	for _, pid := range allPids() {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		if err == nil && bytes.Equal(b, want) && alive(pid) {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
+
+// uniqueSleep is a sleep(1) duration of about 1000s that no other process
+// uses: the processes that sleep it can be found by their argv.
+func uniqueSleep() string {
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return fmt.Sprintf("1000.%09d", (uint32(b[0])<<24|uint32(b[1])<<16|uint32(b[2])<<8|uint32(b[3]))%1000000000)
+}
+
+// pidsWithEnv lists processes whose environment holds kv exactly.
+func pidsWithEnv(kv string) []int {
+	var out []int
+	for _, pid := range allPids() {
+		if pid == os.Getpid() {
+			continue
+		}
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
+		if err != nil {
+			continue
+		}
+		for _, e := range bytes.Split(b, []byte{0}) {
+			if string(e) == kv {
+				out = append(out, pid)
+				break
+			}
+		}
+	}
+	return out
+}
+
+// childrenOf lists pid's children.
+func childrenOf(pid int) []int {
+	var out []int
+	for _, p := range allPids() {
+		if procParent(p) == pid {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// deathWatch polls pid every 2ms and reports when it is dead (gone or a
+// zombie). The returned channel receives exactly once.
+func deathWatch(t *testing.T, pid int) <-chan time.Time {
+	ch := make(chan time.Time, 1)
+	stop := make(chan struct{})
+	t.Cleanup(func() { close(stop) })
+	go func() {
+		tick := time.NewTicker(2 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			if !alive(pid) {
+				ch <- time.Now()
+				return
+			}
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	return ch
+}
+
+// recv waits up to d for a value from ch.
+func recv[T any](t *testing.T, ch <-chan T, d time.Duration, what string) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(d):
+		t.Fatalf("timed out after %v waiting for %s", d, what)
+		var zero T
+		return zero
+	}
+}
+
+// --- backends -----------------------------------------------------------------
+
+// backend is an ensemble the supervisors use.
+type backend struct {
+	name    string
+	servers []string
+	members []*ensemble.Member // coordrun in-process members; nil for ZooKeeper
+	zk      bool
+}
+
+func (b *backend) serverArg() string { return strings.Join(b.servers, ",") }
+
+// notifications sums coordrun_watch_notifications over every member's mntr.
+func (b *backend) notifications(t *testing.T) int64 {
+	t.Helper()
+	var sum int64
+	for _, addr := range b.servers {
+		out, err := fourLetter(addr, "mntr")
+		if err != nil {
+			t.Fatalf("mntr %s: %v", addr, err)
+		}
+		found := false
+		for _, l := range strings.Split(out, "\n") {
+			k, v, ok := strings.Cut(l, "\t")
+			if ok && k == "coordrun_watch_notifications" {
+				n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+				if err != nil {
+					t.Fatalf("mntr %s: %q", addr, l)
+				}
+				sum += n
+				found = true
+			}
+		}
+		if !found {
+			t.Fatalf("mntr %s has no coordrun_watch_notifications:\n%s", addr, out)
+		}
+	}
+	return sum
+}
+
+// leader returns the index of the leading member, or -1.
+func (b *backend) leader() int {
+	for i, m := range b.members {
+		if m != nil && m.IsLeader() {
+			return i
+		}
+	}
+	return -1
+}
+
+// startCoordrun starts an in-process ensemble of n members on loopback.
+// Call close on the result.
+func startCoordrun(n int) (*backend, error) {
+	b := &backend{name: "coordrun"}
+	var peers []ensemble.Peer
+	var pls, cls []net.Listener
+	fail := func(err error) (*backend, error) {
+		for _, l := range append(pls, cls...) {
+			l.Close()
+		}
+		b.close()
+		return nil, err
+	}
+	for i := 0; i < n; i++ {
+		pl, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return fail(err)
+		}
+		pls = append(pls, pl)
+		cl, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return fail(err)
+		}
+		cls = append(cls, cl)
+		peers = append(peers, ensemble.Peer{ID: fmt.Sprint(i + 1), Addr: pl.Addr().String()})
+		b.servers = append(b.servers, cl.Addr().String())
+	}
+	for i := 0; i < n; i++ {
+		dir, err := os.MkdirTemp("", "coordrun-e2e-member-")
+		if err != nil {
+			return fail(err)
+		}
+		m, err := ensemble.Start(ensemble.Config{
+			ID:                fmt.Sprint(i + 1),
+			DataDir:           dir,
+			PeerListener:      pls[i],
+			ClientListener:    cls[i],
+			ClientAddr:        cls[i].Addr().String(),
+			Peers:             peers,
+			MinSessionTimeout: 500 * time.Millisecond,
+			HeartbeatTimeout:  time.Second,
+			ElectionTimeout:   time.Second,
+		})
+		if err != nil {
+			os.RemoveAll(dir)
+			return fail(err)
+		}
+		b.members = append(b.members, m)
+		memberDirs.Store(m, dir)
+	}
+	// Ready once a client can create a node (a leader is elected and
+	// every member's client port answers).
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, addr := range b.servers {
+		c, err := client.Connect(ctx, client.Config{Servers: []string{addr}, SessionTimeout: 4 * time.Second})
+		if err != nil {
+			return fail(fmt.Errorf("connect %s: %w", addr, err))
+		}
+		for {
+			err = c.Sync(ctx, "/")
+			if err == nil || ctx.Err() != nil {
+				break
+			}
+		}
+		c.Close()
+		if err != nil {
+			return fail(fmt.Errorf("sync on %s: %w", addr, err))
+		}
+	}
+	return b, nil
+}
+
+var memberDirs sync.Map // *ensemble.Member → data dir
+
+// stopMember closes member i.
+func (b *backend) stopMember(i int) {
+	m := b.members[i]
+	if m == nil {
+		return
+	}
+	b.members[i] = nil
+	m.Close()
+	if d, ok := memberDirs.LoadAndDelete(m); ok {
+		os.RemoveAll(d.(string))
+	}
+}
+
+func (b *backend) close() {
+	for i := range b.members {
+		b.stopMember(i)
+	}
+}
+
+// sharedBackends are the backends that many tests use; TestMain stops them.
+type sharedBackends struct {
+	coordrunOnce sync.Once
+	coordrun     *backend
+	coordrunErr  error
+
+	zkOnce sync.Once
+	zkAddr string
+	zkErr  error
+	zkCmd  *exec.Cmd
+	zkDir  string
+	zkLog  lockedBuffer
+}
+
+var shared sharedBackends
+
+func (s *sharedBackends) closeAll() {
+	if s.coordrun != nil {
+		s.coordrun.close()
+	}
+	if s.zkCmd != nil {
+		_ = s.zkCmd.Process.Kill()
+		_ = s.zkCmd.Wait()
+	}
+	if s.zkDir != "" {
+		os.RemoveAll(s.zkDir)
+	}
+}
+
+// sharedCoordrun is a 3-member in-process ensemble for every test that does
+// not disturb it.
+func sharedCoordrun(t *testing.T) *backend {
+	t.Helper()
+	shared.coordrunOnce.Do(func() { shared.coordrun, shared.coordrunErr = startCoordrun(3) })
+	if shared.coordrunErr != nil {
+		t.Fatalf("starting the coordrun ensemble: %v", shared.coordrunErr)
+	}
+	return shared.coordrun
+}
+
+const zkJar = "/usr/share/java/zookeeper.jar"
+
+// sharedZooKeeper is a standalone Apache ZooKeeper (Debian's package), as
+// ensemble/client's interop tests start it. Without java or the jar the
+// test skips, unless CI is set.
+func sharedZooKeeper(t *testing.T) *backend {
+	t.Helper()
+	java, err := exec.LookPath("java")
+	if err == nil {
+		_, err = os.Stat(zkJar)
+	}
+	if err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("Apache ZooKeeper is required in CI: %v", err)
+		}
+		t.Skipf("Apache ZooKeeper not installed: %v", err)
+	}
+	shared.zkOnce.Do(func() { shared.zkAddr, shared.zkErr = launchZooKeeper(java) })
+	if shared.zkErr != nil {
+		t.Fatalf("starting ZooKeeper: %v\n%s", shared.zkErr, shared.zkLog.String())
+	}
+	return &backend{name: "zookeeper", servers: []string{shared.zkAddr}, zk: true}
+}
+
+func launchZooKeeper(java string) (string, error) {
+	dir, err := os.MkdirTemp("", "coordrun-e2e-zk-")
+	if err != nil {
+		return "", err
+	}
+	shared.zkDir = dir
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+	// tickTime 200ms: sessions expire within a tick of their timeout.
+	cfg := fmt.Sprintf(`tickTime=200
+dataDir=%s
+clientPort=%d
+clientPortAddress=127.0.0.1
+minSessionTimeout=400
+maxSessionTimeout=20000
+admin.enableServer=false
+4lw.commands.whitelist=*
+`, filepath.Join(dir, "data"), port)
+	cfgPath := filepath.Join(dir, "zoo.cfg")
+	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
+		return "", err
+	}
+	cmd := exec.Command(java, "-cp", "/etc/zookeeper/conf:"+zkJar,
+		"-Dzookeeper.log.dir="+dir, "-Dzookeeper.root.logger=INFO,CONSOLE",
+		"org.apache.zookeeper.server.ZooKeeperServerMain", cfgPath)
+	cmd.Stdout, cmd.Stderr = &shared.zkLog, &shared.zkLog
+	if err := cmd.Start(); err != nil {
+		return "", err
+	}
+	shared.zkCmd = cmd
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	c, err := client.Connect(ctx, client.Config{Servers: []string{addr}, SessionTimeout: 4 * time.Second})
+	if err != nil {
+		return "", err
+	}
+	c.Close()
+	return addr, nil
+}
+
+// forEachBackend runs f against the coordrun ensemble and against Apache
+// ZooKeeper, as subtests.
+func forEachBackend(t *testing.T, f func(t *testing.T, b *backend)) {
+	t.Run("coordrun", func(t *testing.T) { f(t, sharedCoordrun(t)) })
+	t.Run("zookeeper", func(t *testing.T) { f(t, sharedZooKeeper(t)) })
+}
+
+// --- a test's processes ----------------------------------------------------------
+
+// Timing of every supervisor unless a test says otherwise: short enough
+// for a quick suite, within Validate's rule kill-grace + drift-margin +
+// 100ms ≤ session-timeout/2.
+const (
+	sessionTimeout = 3 * time.Second
+	killGrace      = 300 * time.Millisecond
+	driftMargin    = 100 * time.Millisecond
+	zkMargin       = 300 * time.Millisecond
+	pingInterval   = sessionTimeout / 5 // what supervisor.Run configures
+)
+
+// rig is one test's world: a backend, a lock, a directory for logs, and
+// every process started, killed at cleanup.
+type rig struct {
+	t    *testing.T
+	b    *backend
+	dir  string
+	lock string
+	log  string // the jobs' shared log
+	mark string // markVar=value on every process started
+
+	obsOnce sync.Once
+	obs     *client.Client
+}
+
+func newRig(t *testing.T, b *backend) *rig {
+	t.Helper()
+	r := &rig{t: t, b: b, dir: t.TempDir(), lock: "e2e-" + randHex(6), mark: markVar + "=" + randHex(8)}
+	r.log = filepath.Join(r.dir, "jobs.log")
+	t.Cleanup(r.killAll)
+	return r
+}
+
+// killAll kills every process this test started and every descendant,
+// stopped ones included.
+func (r *rig) killAll() {
+	for round := 0; round < 50; round++ {
+		pids := pidsWithEnv(r.mark)
+		var live []int
+		for _, p := range pids {
+			if alive(p) {
+				live = append(live, p)
+			}
+		}
+		if len(live) == 0 {
+			return
+		}
+		for _, p := range live {
+			_ = syscall.Kill(p, syscall.SIGKILL)
+			_ = syscall.Kill(p, syscall.SIGCONT)
+		}
+		// Give the kernel (and the parents that reap) a moment.
+		tick := time.NewTicker(5 * time.Millisecond)
+		for i := 0; i < 20; i++ {
+			<-tick.C
+			gone := true
+			for _, p := range live {
+				gone = gone && !alive(p)
+			}
+			if gone {
+				break
+			}
+		}
+		tick.Stop()
+	}
+	r.t.Errorf("cleanup: processes of %s survive SIGKILL: %v", r.mark, pidsWithEnv(r.mark))
+}
+
+// proc is a process the test started.
+type proc struct {
+	name    string
+	args    []string
+	cmd     *exec.Cmd
+	out     *lockedBuffer
+	done    chan struct{}
+	started time.Time
+	ended   time.Time
+}
+
+func (p *proc) pid() int { return p.cmd.Process.Pid }
+
+func (p *proc) running() bool {
+	select {
+	case <-p.done:
+		return false
+	default:
+		return true
+	}
+}
+
+func (p *proc) signal(sig syscall.Signal) {
+	_ = syscall.Kill(p.pid(), sig)
+}
+
+// exit waits up to d for the process to end and returns its exit code
+// (-1 when a signal killed it).
+func (p *proc) exit(t *testing.T, d time.Duration) int {
+	t.Helper()
+	select {
+	case <-p.done:
+		return p.cmd.ProcessState.ExitCode()
+	case <-time.After(d):
+		t.Fatalf("%s still running after %v; output:\n%s", p.name, d, p.out.String())
+		return -2
+	}
+}
+
+// startProc runs bin with args, killed (stopped or not) at cleanup; its
+// output is shown if the test failed.
+func (r *rig) startProc(name string, env []string, bin string, args ...string) *proc {
+	r.t.Helper()
+	p := &proc{name: name, args: args, out: &lockedBuffer{}, done: make(chan struct{})}
+	p.cmd = exec.Command(bin, args...)
+	p.cmd.Env = append(append(baseEnv(), r.mark), env...)
+	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
+	// Its own group: nothing aimed at the test's group reaches it.
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	p.started = time.Now()
+	if err := p.cmd.Start(); err != nil {
+		r.t.Fatal(err)
+	}
+	go func() {
+		_ = p.cmd.Wait()
+		p.ended = time.Now()
+		close(p.done)
+	}()
+	r.t.Cleanup(func() {
+		if p.running() {
+			_ = syscall.Kill(p.pid(), syscall.SIGKILL)
+			_ = syscall.Kill(p.pid(), syscall.SIGCONT)
+			<-p.done
+		}
+		if r.t.Failed() {
+			r.t.Logf("--- %s output:\n%s", p.name, p.out.String())
+		}
+	})
+	return p
+}
+
+// runFlags are the run flags of every supervisor; later flags override.
+func (r *rig) runFlags(servers string) []string {
+	return []string{"run", "--servers", servers, "--name", r.lock,
+		"--session-timeout", sessionTimeout.String(), "--kill-grace", killGrace.String(),
+		"--drift-margin", driftMargin.String(), "--zookeeper-margin", zkMargin.String(), "-v"}
+}
+
+// supervise starts `coordrun run` on the rig's lock with extra flags and
+// the job argv.
+func (r *rig) supervise(name string, extra []string, argv ...string) *proc {
+	return r.superviseVia(r.b.serverArg(), name, extra, nil, argv...)
+}
+
+// superviseVia is supervise with another server list and extra env.
+func (r *rig) superviseVia(servers, name string, extra, env []string, argv ...string) *proc {
+	r.t.Helper()
+	args := append(r.runFlags(servers), extra...)
+	args = append(append(args, "--"), argv...)
+	return r.startProc(name, env, e2eBin, args...)
+}
+
+// job is the argv of the helper job with the given label and flags.
+func (r *rig) job(label string, flags ...string) []string {
+	return append([]string{e2eSelf, childArg, "-log", r.log, "-label", label}, flags...)
+}
+
+// path is a file in the rig's directory.
+func (r *rig) path(name string) string { return filepath.Join(r.dir, name) }
+
+func (r *rig) touch(name string) {
+	r.t.Helper()
+	if err := os.WriteFile(r.path(name), nil, 0o644); err != nil {
+		r.t.Fatal(err)
+	}
+}
+
+// rec is one line of the jobs' log.
+type rec struct {
+	kind, label string
+	at          time.Time
+	token       int64 // -1 if none
+	extra       string
+}
+
+func (r *rig) records() []rec {
+	b, err := os.ReadFile(r.log)
+	if err != nil {
+		return nil
+	}
+	var out []rec
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		if len(f) < 4 {
+			continue
+		}
+		ns, err := strconv.ParseInt(f[2], 10, 64)
+		if err != nil {
+			continue
+		}
+		tok, err := strconv.ParseInt(f[3], 10, 64)
+		if err != nil {
+			tok = -1
+		}
+		rc := rec{kind: f[0], label: f[1], at: time.Unix(0, ns), token: tok}
+		if len(f) > 4 {
+			rc.extra = strings.Join(f[4:], " ")
+		}
+		out = append(out, rc)
+	}
+	return out
+}
+
+// find returns the first record of kind by label (extra too, if not "").
+func (r *rig) find(kind, label, extra string) (rec, bool) {
+	for _, x := range r.records() {
+		if x.kind == kind && x.label == label && (extra == "" || x.extra == extra) {
+			return x, true
+		}
+	}
+	return rec{}, false
+}
+
+// await waits up to d for a record.
+func (r *rig) await(d time.Duration, kind, label, extra string) rec {
+	r.t.Helper()
+	var x rec
+	waitUntil(r.t, d, fmt.Sprintf("%q %s %s in the job log", kind, label, extra), func() bool {
+		var ok bool
+		x, ok = r.find(kind, label, extra)
+		return ok
+	})
+	return x
+}
+
+// startPid is the pid the job logged at start (its process group id too:
+// the watchdog starts it as a group leader).
+func (x rec) pid() int {
+	n, _ := strconv.Atoi(strings.Fields(x.extra + " 0")[0])
+	return n
+}
+
+// observer is the test's own session on the backend.
+func (r *rig) observer() *client.Client {
+	r.t.Helper()
+	r.obsOnce.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		c, err := client.Connect(ctx, client.Config{Servers: r.b.servers, SessionTimeout: 10 * time.Second})
+		if err != nil {
+			r.t.Fatalf("observer: %v", err)
+		}
+		r.obs = c
+		r.t.Cleanup(func() { c.Close() })
+	})
+	if r.obs == nil {
+		r.t.Fatal("no observer session")
+	}
+	return r.obs
+}
+
+// state reads the lock's holder and waiters with the observer (no watches).
+func (r *rig) state() supervisor.LockState {
+	r.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c := r.observer()
+	_ = c.Sync(ctx, "/coordrun/locks")
+	ls, err := supervisor.Inspect(ctx, c, "/coordrun/locks", []string{r.lock})
+	if err != nil || len(ls) != 1 {
+		r.t.Fatalf("inspect %s: %v %v", r.lock, ls, err)
+	}
+	return ls[0]
+}
+
+// awaitQueue waits until the lock has a holder and n waiters.
+func (r *rig) awaitQueue(d time.Duration, n int) supervisor.LockState {
+	r.t.Helper()
+	var ls supervisor.LockState
+	waitUntil(r.t, d, fmt.Sprintf("a holder and %d waiters on %s", n, r.lock), func() bool {
+		ls = r.state()
+		return ls.Holder != nil && len(ls.Waiters) == n
+	})
+	return ls
+}
+
+// statusJSON runs `coordrun status --json <lock>`.
+func (r *rig) statusJSON() supervisor.LockState {
+	r.t.Helper()
+	cmd := exec.Command(e2eBin, "status", "--servers", r.b.serverArg(), "--json", r.lock)
+	cmd.Env = append(baseEnv(), r.mark)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		r.t.Fatalf("coordrun status: %v\n%s", err, stderr.String())
+	}
+	var ls []supervisor.LockState
+	if err := json.Unmarshal(out, &ls); err != nil || len(ls) != 1 {
+		r.t.Fatalf("coordrun status --json: %q: %v", out, err)
+	}
+	return ls[0]
+}
+
+// watchGone arms a watch on node and reports when it is deleted.
+func (r *rig) watchGone(node string) <-chan time.Time {
+	r.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, ok, ev, err := r.observer().ExistsW(ctx, node)
+	if err != nil {
+		r.t.Fatalf("watch %s: %v", node, err)
+	}
+	if !ok {
+		r.t.Fatalf("watch %s: already gone", node)
+	}
+	ch := make(chan time.Time, 1)
+	go func() {
+		e := <-ev
+		if e.Type == wire.EventNodeDeleted {
+			ch <- time.Now()
+		}
+	}()
+	return ch
+}
+
+// sortedStarts returns the start records sorted by time.
+func sortedStarts(recs []rec) []rec {
+	var out []rec
+	for _, x := range recs {
+		if x.kind == "start" {
+			out = append(out, x)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].at.Before(out[j].at) })
+	return out
+}
+
+// --- a proxy that can drop everything ---------------------------------------
+
+// dropProxy relays TCP to one target until drop is called; from then on
+// it forwards nothing in either direction and closes nothing, like a
+// network partition: every byte sent is lost, connections stay open, new
+// ones are accepted and then hear nothing.
+type dropProxy struct {
+	ln     net.Listener
+	target string
+
+	mu       sync.Mutex
+	dropping bool
+	conns    []net.Conn
+	closed   bool
+	wg       sync.WaitGroup
+}
+
+func newDropProxy(t *testing.T, target string) *dropProxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &dropProxy{ln: ln, target: target}
+	p.wg.Add(1)
+	go p.accept()
+	t.Cleanup(p.close)
+	return p
+}
+
+func (p *dropProxy) addr() string { return p.ln.Addr().String() }
+
+func (p *dropProxy) isDropping() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.dropping
+}
+
+func (p *dropProxy) drop() {
+	p.mu.Lock()
+	p.dropping = true
+	p.mu.Unlock()
+}
+
+func (p *dropProxy) track(c net.Conn) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		c.Close()
+		return false
+	}
+	p.conns = append(p.conns, c)
+	return true
+}
+
+func (p *dropProxy) accept() {
+	defer p.wg.Done()
+	for {
+		c, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		if !p.track(c) {
+			continue
+		}
+		if p.isDropping() {
+			p.wg.Add(1)
+			go p.relay(c, nil)
+			continue
+		}
+		s, err := net.Dial("tcp", p.target)
+		if err != nil {
+			c.Close()
+			continue
+		}
+		if !p.track(s) {
+			continue
+		}
+		p.wg.Add(2)
+		go p.relay(c, s)
+		go p.relay(s, c)
+	}
+}
+
+// relay copies src to dst (nil: discard) while not dropping. An end of
+// src is passed on only while not dropping.
+func (p *dropProxy) relay(src, dst net.Conn) {
+	defer p.wg.Done()
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 && dst != nil && !p.isDropping() {
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			if dst != nil && !p.isDropping() {
+				dst.Close()
+			}
+			return
+		}
+	}
+}
+
+func (p *dropProxy) close() {
+	p.mu.Lock()
+	p.closed = true
+	conns := p.conns
+	p.conns = nil
+	p.mu.Unlock()
+	p.ln.Close()
+	for _, c := range conns {
+		c.Close()
+	}
+	p.wg.Wait()
+}
