@@ -1,10 +1,12 @@
 package ensemble
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
+	"net/netip"
 	"strings"
 	"time"
 )
@@ -52,6 +54,22 @@ type Config struct {
 	// single-member ensemble of this member alone.
 	Peers []Peer
 
+	// ClientTLS, when set, makes the client port TLS only: it holds the
+	// member's certificate, and ClientCAs to require client certificates
+	// signed by them (ClientAuth then defaults to
+	// RequireAndVerifyClientCert). Four-letter words go over TLS too.
+	// Nil (the default) serves plaintext. See tls.go.
+	ClientTLS *tls.Config
+	// PeerTLS, when set, runs raft and member RPCs over mutual TLS. It
+	// needs the member's certificate (Certificates) and the peer CA
+	// (RootCAs, also used as ClientCAs unless those are set). Accepted
+	// connections must present a certificate of that CA; dialed ones are
+	// verified against it with the host of the peer address as server
+	// name (unless ServerName is set), so member certificates need the
+	// peer addresses as SANs and both the server and client auth key
+	// usages. Every member must use TLS, or none.
+	PeerTLS *tls.Config
+
 	MinSessionTimeout time.Duration // default 2 ticks (4s with ZooKeeper's 2s tick)
 	MaxSessionTimeout time.Duration // default 40s
 	MaxDataBytes      int           // largest znode data; default 1 MiB like jute.maxbuffer
@@ -66,6 +84,19 @@ type Config struct {
 	SnapshotInterval  time.Duration
 
 	Logger *slog.Logger
+
+	// Join starts a member that is not in the initial member list: it
+	// does not bootstrap, and waits to be added (coordrun ensemble add).
+	Join bool
+	// Restore seeds a new data dir from a backup file (coordrun ensemble
+	// snapshot save) instead of an empty tree.
+	Restore string
+	// AdminFrom lists client networks besides loopback allowed to change
+	// the membership and to read snapshots.
+	AdminFrom []netip.Prefix
+	// AdminAddr is where the admin HTTP listener serves /metrics,
+	// /healthz and /readyz; empty (the default) means no listener.
+	AdminAddr string
 
 	// Listeners already bound for the peer and client ports; when set they
 	// are used instead of PeerAddr and ClientAddr (tests bind port 0 first
@@ -138,6 +169,9 @@ func (c *Config) fillDefaults() error {
 	}
 	if len(c.Peers) > 0 && c.advertised() == "" {
 		return fmt.Errorf("member id %q is not in the peer list", c.ID)
+	}
+	if err := c.checkTLS(); err != nil {
+		return err
 	}
 	return nil
 }

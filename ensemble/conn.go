@@ -28,6 +28,7 @@ const maxQueuedReplyBytes = 64 << 20
 const maxPipelined = 1024
 
 func (m *Member) acceptClients() {
+	defer m.acceptEnded.Store(true)
 	for {
 		nc, err := m.client.Accept()
 		if err != nil {
@@ -69,8 +70,18 @@ func (m *Member) serveClient(nc net.Conn) {
 		m.fourLetter(word, nc)
 		return
 	}
-	if string(first[:]) == statusWord {
+	switch string(first[:]) {
+	case statusWord:
 		m.fourLetter(statusWord, nc)
+		return
+	case snapshotWord:
+		if !m.adminAllowed(nc.RemoteAddr()) {
+			_, _ = nc.Write([]byte("error: snapshots are served to loopback and --admin-from clients only\n"))
+			return
+		}
+		w := bufio.NewWriterSize(nc, 1<<20)
+		_ = m.streamSnapshot(w)
+		_ = w.Flush()
 		return
 	}
 	n := int(int32(binary.BigEndian.Uint32(first[:])))
@@ -82,6 +93,7 @@ func (m *Member) serveClient(nc net.Conn) {
 	if _, err := io.ReadFull(r, body); err != nil {
 		return
 	}
+	m.metrics.bytesIn.Add(int64(4 + n))
 	var req wire.ConnectRequest
 	if err := req.Decode(wire.NewDecoder(body)); err != nil {
 		m.log.Debug("bad connect request", "remote", nc.RemoteAddr().String(), "err", err)
@@ -90,7 +102,8 @@ func (m *Member) serveClient(nc net.Conn) {
 	c, resp, ok := m.handshake(nc, &req)
 	if !ok {
 		if resp != nil {
-			_, _ = nc.Write(resp)
+			n, _ := nc.Write(resp)
+			m.metrics.bytesOut.Add(int64(n))
 		}
 		return
 	}
@@ -268,7 +281,9 @@ type conn struct {
 type slot struct {
 	finish     func() []byte // the reply frame, or nil for none
 	read       bool          // finish reads state: wait for the session's writes first
+	locked     bool          // finish runs under the tree's read lock (held by the sequencer)
 	arrived    time.Time
+	op         int32  // request opcode, for the latency metric
 	gen        uint64 // liveness generation the reply waits for
 	closeAfter bool
 }
@@ -358,6 +373,7 @@ func (c *conn) writeLoop() {
 				return
 			}
 			c.m.stats.sent.Add(1)
+			c.m.metrics.bytesOut.Add(int64(len(f)))
 		}
 		if err := w.Flush(); err != nil {
 			c.close()
@@ -380,47 +396,61 @@ func (c *conn) notify(ev wire.WatcherEvent, zxid int64) {
 
 func (c *conn) sequence() {
 	for s := range c.slots {
-		if w := c.lastWrite.Load(); s.read && c.m.fsm.applied.Load() < w {
-			ctx, cancel := context.WithTimeout(c.m.ctx, c.timeout)
-			err := c.m.fsm.waitApplied(ctx, w)
-			cancel()
-			if err != nil {
-				c.close()
-				continue
+		c.deliver(s)
+		c.m.metrics.outstanding.Add(-1) // read, now answered (or dropped)
+	}
+}
+
+// deliver finishes one request and queues its reply.
+func (c *conn) deliver(s slot) {
+	ctx, cancel := context.WithTimeout(c.m.ctx, c.timeout)
+	defer cancel()
+	if w := c.lastWrite.Load(); s.read && c.m.fsm.applied.Load() < w {
+		if err := c.m.fsm.waitApplied(ctx, w); err != nil {
+			c.close()
+			return
+		}
+	}
+	// The lease proof is awaited before the request runs, not after: a
+	// read that sets a watch must have its reply queued at once, before
+	// any notification for that watch could be (clients arm a watch only
+	// when its reply arrives, and would drop an earlier notification).
+	if s.gen != 0 {
+		if err := c.m.relay.wait(ctx, s.gen, c.session); err != nil {
+			// No leader heard of this session in a whole timeout, or it
+			// is gone: a reply now would be a false lease proof.
+			c.m.log.Info("leader does not vouch for the session; dropping client", "remote", c.remote, "err", err)
+			c.close()
+			return
+		}
+	}
+	if s.locked {
+		// Held from the read to the queueing of its reply, so no
+		// notification of a later change gets in between.
+		c.m.fsm.mu.RLock()
+		defer c.m.fsm.mu.RUnlock()
+	}
+	frame := s.finish()
+	if frame != nil {
+		select {
+		case <-c.done:
+			return
+		default:
+		}
+		// No reply may carry a zxid below the session's own writes
+		// (clients keep the last zxid they saw for reconnecting).
+		if len(frame) >= 16 {
+			if z := c.lastWrite.Load(); int64(binary.BigEndian.Uint64(frame[8:16])) < z {
+				binary.BigEndian.PutUint64(frame[8:16], uint64(z))
 			}
 		}
-		frame := s.finish()
-		if s.gen != 0 {
-			ctx, cancel := context.WithTimeout(c.m.ctx, c.timeout)
-			err := c.m.relay.wait(ctx, s.gen, c.session)
-			cancel()
-			if err != nil {
-				// No leader heard of this session in a whole timeout: a
-				// reply now would be a false lease proof.
-				c.m.log.Info("leader unreachable; dropping client", "remote", c.remote)
-				c.close()
-				continue
-			}
-		}
-		if frame != nil {
-			select {
-			case <-c.done:
-				continue
-			default:
-			}
-			// No reply may carry a zxid below the session's own writes
-			// (clients keep the last zxid they saw for reconnecting).
-			if len(frame) >= 16 {
-				if z := c.lastWrite.Load(); int64(binary.BigEndian.Uint64(frame[8:16])) < z {
-					binary.BigEndian.PutUint64(frame[8:16], uint64(z))
-				}
-			}
-			c.push(frame)
-			c.m.stats.observe(time.Since(s.arrived))
-		}
-		if s.closeAfter {
-			c.sessionEnded(0)
-		}
+		c.push(frame)
+		d := time.Since(s.arrived)
+		c.m.stats.observe(d)
+		c.m.metrics.observe(s.op, d)
+	}
+	if s.closeAfter {
+		c.sessionEnded(0)
 	}
 }
 
@@ -440,6 +470,7 @@ func (c *conn) readLoop(r *bufio.Reader) {
 		}
 		buf = frame[:0]
 		c.m.stats.received.Add(1)
+		c.m.metrics.bytesIn.Add(int64(4 + len(frame)))
 		d := wire.NewDecoder(frame)
 		var hdr wire.RequestHeader
 		if hdr.Decode(d) != nil {
@@ -455,9 +486,12 @@ func (c *conn) readLoop(r *bufio.Reader) {
 		}
 		s.gen = gen
 		s.arrived = time.Now()
+		s.op = hdr.Opcode
+		c.m.metrics.outstanding.Add(1) // until the sequencer is done with it
 		select {
 		case c.slots <- s:
 		case <-c.done:
+			c.m.metrics.outstanding.Add(-1)
 			return
 		}
 		if s.closeAfter {
@@ -533,13 +567,13 @@ func (c *conn) start(hdr wire.RequestHeader, d *wire.Decoder) (slot, error) {
 			})
 		}}, nil
 	case wire.OpReconfig:
-		return slot{finish: func() []byte { return errorReply(xid, m.fsm.applied.Load(), wire.ErrReconfigDisabled) }}, nil
+		return c.reconfigSlot(xid, d)
 	}
 	if read := c.readOp(xid, op, d); read != nil {
 		if err := d.Err(); err != nil {
 			return slot{}, err
 		}
-		return slot{finish: read, read: true}, nil
+		return slot{finish: read, read: true, locked: true}, nil
 	}
 	if err := d.Err(); err != nil {
 		return slot{}, err
@@ -591,15 +625,15 @@ func (c *conn) startWrite(xid, op int32, d *wire.Decoder) (slot, error) {
 	var bad wire.Code
 	addCreate := func(path string, data []byte, acl []wire.ACL, flags int32, opType int32) {
 		mode := tree.Mode(flags)
-		switch {
-		case opType == wire.OpCreateContainer && flags != wire.FlagContainer,
-			opType != wire.OpCreateContainer && flags == wire.FlagContainer && opType != wire.OpCreate2 && opType != wire.OpCreate,
-			flags < 0 || flags > wire.FlagContainer:
-			bad = firstCode(bad, wire.ErrBadArguments)
-		}
 		if opType == wire.OpCreateTTL || flags == wire.FlagPersistentWithTTL || flags == wire.FlagPersistentSequentialWithTTL {
 			// TTL nodes are off, as on a default ZooKeeper.
 			bad = firstCode(bad, wire.ErrUnimplemented)
+		}
+		switch {
+		case opType == wire.OpCreateContainer && flags != wire.FlagContainer,
+			opType != wire.OpCreateContainer && flags == wire.FlagContainer && opType != wire.OpCreate2 && opType != wire.OpCreate,
+			flags < 0 || flags > wire.FlagPersistentSequentialWithTTL:
+			bad = firstCode(bad, wire.ErrBadArguments)
 		}
 		if tree.ValidatePath(path, flags&wire.FlagPersistentSequential != 0) != nil {
 			bad = firstCode(bad, wire.ErrBadArguments)
@@ -816,10 +850,16 @@ func (c *conn) readOp(xid, op int32, d *wire.Decoder) func() []byte {
 			case wire.AddWatchPersistentRecursive:
 				kind = watchRecursive
 			default:
-				return errorReply(xid, zxid, wire.ErrBadArguments)
+				// ZooKeeper fails to read such a request: MarshallingError.
+				return errorReply(xid, zxid, wire.ErrMarshallingError)
 			}
 			m.watch.add(kind, req.Path, c)
-			return reply(xid, zxid, nil)
+			// ZooKeeper answers addWatch with an ErrorResponse body of 0;
+			// the Java client reads it and fails without it.
+			return reply(xid, zxid, func(e *wire.Encoder) wire.Code {
+				(&wire.ErrorResponse{}).Encode(e)
+				return wire.OK
+			})
 		}
 	case wire.OpCheckWatches, wire.OpRemoveWatches:
 		var req wire.RemoveWatchesRequest
@@ -843,8 +883,7 @@ func (c *conn) read(xid, op int32, req *wire.PathWatchRequest, auth []tree.Ident
 		return errorReply(xid, m.fsm.applied.Load(), wire.ErrBadArguments)
 	}
 	m.stats.reads.Add(1)
-	m.fsm.mu.RLock()
-	defer m.fsm.mu.RUnlock()
+	// The sequencer holds the tree's read lock (slot.locked).
 	zxid := m.fsm.applied.Load()
 	t := m.fsm.tree
 	return reply(xid, zxid, func(e *wire.Encoder) wire.Code {
@@ -897,12 +936,12 @@ func (c *conn) read(xid, op int32, req *wire.PathWatchRequest, auth []tree.Ident
 
 func (c *conn) readPath(xid, op int32, path string, auth []tree.Identity) []byte {
 	m := c.m
-	sequential := op == wire.OpGetEphemerals // a prefix, may end in "/"
-	if tree.ValidatePath(path, sequential) != nil {
+	// getEphemerals takes a prefix, not a path: ZooKeeper does not
+	// validate it, and an empty one means every ephemeral.
+	if op != wire.OpGetEphemerals && tree.ValidatePath(path, false) != nil {
 		return errorReply(xid, m.fsm.applied.Load(), wire.ErrBadArguments)
 	}
-	m.fsm.mu.RLock()
-	defer m.fsm.mu.RUnlock()
+	// The sequencer holds the tree's read lock (slot.locked).
 	zxid := m.fsm.applied.Load()
 	t := m.fsm.tree
 	return reply(xid, zxid, func(e *wire.Encoder) wire.Code {
@@ -935,8 +974,7 @@ func (c *conn) readPath(xid, op int32, path string, auth []tree.Identity) []byte
 
 func (c *conn) multiRead(xid int32, req *wire.MultiRequest, auth []tree.Identity) []byte {
 	m := c.m
-	m.fsm.mu.RLock()
-	defer m.fsm.mu.RUnlock()
+	// The sequencer holds the tree's read lock (slot.locked).
 	zxid := m.fsm.applied.Load()
 	t := m.fsm.tree
 	return reply(xid, zxid, func(e *wire.Encoder) wire.Code {
@@ -975,8 +1013,7 @@ func (c *conn) multiRead(xid int32, req *wire.MultiRequest, auth []tree.Identity
 // once instead.
 func (c *conn) setWatches(xid int32, sw *wire.SetWatches2) []byte {
 	m := c.m
-	m.fsm.mu.RLock()
-	defer m.fsm.mu.RUnlock()
+	// The sequencer holds the tree's read lock (slot.locked).
 	zxid := m.fsm.applied.Load()
 	t := m.fsm.tree
 	rel := sw.RelativeZxid
@@ -1033,7 +1070,7 @@ func (c *conn) removeWatches(xid int32, remove bool, req *wire.RemoveWatchesRequ
 	case wire.WatcherAny:
 		kinds = []watchKind{watchChild, watchData, watchExist, watchPersistent, watchRecursive}
 	default:
-		return errorReply(xid, zxid, wire.ErrBadArguments)
+		return errorReply(xid, zxid, wire.ErrMarshallingError)
 	}
 	found := false
 	for _, k := range kinds {

@@ -100,7 +100,7 @@ func (m *Member) srvr(withClients bool) string {
 	fmt.Fprintf(&b, "Received: %d\n", m.stats.received.Load())
 	fmt.Fprintf(&b, "Sent: %d\n", m.stats.sent.Load())
 	fmt.Fprintf(&b, "Connections: %d\n", m.stats.connections.Load())
-	fmt.Fprintf(&b, "Outstanding: %d\n", 0)
+	fmt.Fprintf(&b, "Outstanding: %d\n", m.metrics.outstanding.Load())
 	fmt.Fprintf(&b, "Zxid: 0x%x\n", m.fsm.applied.Load())
 	fmt.Fprintf(&b, "Mode: %s\n", m.mode())
 	fmt.Fprintf(&b, "Node count: %d\n", nodes)
@@ -121,7 +121,7 @@ func (m *Member) mntr() string {
 		{"zk_packets_received", strconv.FormatInt(m.stats.received.Load(), 10)},
 		{"zk_packets_sent", strconv.FormatInt(m.stats.sent.Load(), 10)},
 		{"zk_num_alive_connections", strconv.FormatInt(m.stats.connections.Load(), 10)},
-		{"zk_outstanding_requests", "0"},
+		{"zk_outstanding_requests", strconv.FormatInt(m.metrics.outstanding.Load(), 10)},
 		{"zk_znode_count", strconv.Itoa(nodes)},
 		{"zk_watch_count", strconv.Itoa(m.watch.count())},
 		{"zk_ephemerals_count", strconv.Itoa(eph)},

@@ -20,6 +20,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/coordrun/coordrun/ensemble/tree"
@@ -58,6 +59,11 @@ type Member struct {
 	client net.Listener
 	stats  serverStats
 
+	metrics *metrics
+	admin   *adminServer // nil unless Config.AdminAddr is set
+	// acceptEnded: the client accept loop returned; Live fails from then on.
+	acceptEnded atomic.Bool
+
 	ctx    context.Context
 	cancel context.CancelFunc
 	ready  chan struct{} // closed once raft and the client port are up
@@ -89,6 +95,7 @@ func Start(cfg Config) (*Member, error) {
 		ready:  make(chan struct{}),
 	}
 	m.ctx, m.cancel = context.WithCancel(context.Background())
+	m.metrics = newMetrics(m)
 	m.fsm.afterApply = m.afterApply
 	m.fsm.afterRestore = m.afterRestore
 	m.relay = newLivenessRelay(m.sendTouch)
@@ -106,7 +113,11 @@ func Start(cfg Config) (*Member, error) {
 			return nil, fmt.Errorf("client listener: %w", err)
 		}
 	}
-	m.client = ln
+	m.client = clientListener(ln, cfg.ClientTLS, m.log)
+	if err := m.startAdmin(); err != nil {
+		m.Close()
+		return nil, err
+	}
 	close(m.ready)
 	m.wg.Add(3)
 	go func() { defer m.wg.Done(); m.acceptClients() }()
@@ -125,7 +136,9 @@ func (m *Member) startRaft() error {
 			return fmt.Errorf("peer listener: %w", err)
 		}
 	}
-	m.mux = newPeerMux(ln, m.servePeer, m.log)
+	pt := newPeerTLS(cfg.PeerTLS)
+	m.mux = newPeerMux(pt.listener(ln, m.log), m.servePeer, m.log)
+	m.mux.tls, m.pool.tls = pt, pt
 	if len(cfg.Peers) == 0 {
 		// A single member: it advertises where it actually listens.
 		m.cfg.Peers = []Peer{{ID: cfg.ID, Addr: ln.Addr().String()}}
@@ -174,7 +187,14 @@ func (m *Member) startRaft() error {
 	if err != nil {
 		return err
 	}
-	if !existing {
+	switch {
+	case existing && cfg.Restore != "":
+		return fmt.Errorf("--restore needs an empty data dir; %s holds a member's state already", cfg.DataDir)
+	case !existing && cfg.Restore != "":
+		if err := seedFromBackup(cfg.Restore, snaps, m.trans, cfg.Peers); err != nil {
+			return fmt.Errorf("restore %s: %w", cfg.Restore, err)
+		}
+	case !existing && !cfg.Join:
 		var servers []raft.Server
 		for _, p := range cfg.Peers {
 			servers = append(servers, raft.Server{Suffrage: raft.Voter, ID: raft.ServerID(p.ID), Address: raft.ServerAddress(p.Addr)})
@@ -183,7 +203,7 @@ func (m *Member) startRaft() error {
 			return fmt.Errorf("bootstrap: %w", err)
 		}
 	}
-	r, err := raft.NewRaft(rc, m.fsm, store, store, snaps, m.trans)
+	r, err := raft.NewRaft(rc, m.fsm, m.metrics.timeLogStore(store), store, snaps, m.trans)
 	if err != nil {
 		return fmt.Errorf("raft: %w", err)
 	}
@@ -234,6 +254,7 @@ func (m *Member) Close() error {
 		c.close()
 	}
 	m.connMu.Unlock()
+	m.admin.close()
 	m.wg.Wait()
 	return m.closeRaft()
 }
@@ -578,6 +599,22 @@ func (m *Member) servePeer(c net.Conn) {
 			}
 		case rpcStatus:
 			return func() (byte, []byte) { return rpcStatus, m.localStatusJSON() }
+		case rpcReconfig:
+			return func() (byte, []byte) {
+				ch, err := decodeMemberChange(payload)
+				if err == nil && !m.IsLeader() {
+					err = errors.New("not leader")
+				}
+				if err == nil {
+					ctx, cancel := context.WithTimeout(m.ctx, 30*time.Second)
+					err = m.changeMembers(ctx, ch)
+					cancel()
+				}
+				if err != nil {
+					return rpcError, []byte(err.Error())
+				}
+				return rpcReconfig, nil
+			}
 		}
 		return func() (byte, []byte) { return rpcError, []byte("unknown member rpc") }
 	})

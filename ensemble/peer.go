@@ -33,6 +33,7 @@ type peerMux struct {
 	log     *slog.Logger
 	closed  chan struct{}
 	once    sync.Once
+	tls     *peerTLS // dialing side of peer TLS; nil: plaintext
 }
 
 func newPeerMux(ln net.Listener, handler func(net.Conn), log *slog.Logger) *peerMux {
@@ -109,7 +110,7 @@ func (m *peerMux) Addr() net.Addr {
 
 // Dial implements raft.StreamLayer.
 func (m *peerMux) Dial(addr raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
-	c, err := net.DialTimeout("tcp", string(addr), timeout)
+	c, err := m.tls.dialTimeout(string(addr), timeout)
 	if err != nil {
 		return nil, err
 	}
@@ -127,6 +128,7 @@ const (
 	rpcTouch     byte = 2 // session ids → ack (liveness relay)
 	rpcReadIndex byte = 3 // → index the caller must apply before answering sync
 	rpcStatus    byte = 4 // → JSON status of the member
+	rpcReconfig  byte = 5 // member change → done (leader only)
 	rpcError     byte = 255
 )
 
@@ -207,8 +209,8 @@ type rpcConn struct {
 	err     error
 }
 
-func dialRPC(addr string, timeout time.Duration) (*rpcConn, error) {
-	c, err := net.DialTimeout("tcp", addr, timeout)
+func dialRPC(addr string, timeout time.Duration, pt *peerTLS) (*rpcConn, error) {
+	c, err := pt.dialTimeout(addr, timeout)
 	if err != nil {
 		return nil, err
 	}
@@ -308,6 +310,7 @@ func (rc *rpcConn) Close() error {
 type peerPool struct {
 	mu    sync.Mutex
 	conns map[string]*rpcConn
+	tls   *peerTLS // nil: plaintext
 }
 
 func (p *peerPool) get(addr string) (*rpcConn, error) {
@@ -319,7 +322,7 @@ func (p *peerPool) get(addr string) (*rpcConn, error) {
 	if c := p.conns[addr]; c != nil && !c.broken() {
 		return c, nil
 	}
-	c, err := dialRPC(addr, 2*time.Second)
+	c, err := dialRPC(addr, 2*time.Second, p.tls)
 	if err != nil {
 		return nil, err
 	}

@@ -73,6 +73,17 @@ func ParseSchedule(spec, tz string) (cron.Schedule, error) {
 			spec = "CRON_TZ=" + tz + " " + spec
 		}
 	}
+	if rest, ok := strings.CutPrefix(strings.TrimSpace(stripTZ(spec)), "@every "); ok {
+		// robfig/cron silently turns anything under a second into one
+		// second; a typo like "@every 0s" or "@every -5m" is an error.
+		d, err := time.ParseDuration(strings.TrimSpace(rest))
+		if err != nil {
+			return nil, fmt.Errorf("schedule %q: %w", spec, err)
+		}
+		if d < time.Second || d%time.Second != 0 {
+			return nil, fmt.Errorf("schedule %q: @every needs a whole number of seconds, at least 1s", spec)
+		}
+	}
 	p := cron.NewParser(cron.SecondOptional | cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow | cron.Descriptor)
 	s, err := p.Parse(spec)
 	if err != nil {
@@ -82,6 +93,17 @@ func ParseSchedule(spec, tz string) (cron.Schedule, error) {
 		return alignedEvery{every.Delay}, nil
 	}
 	return s, nil
+}
+
+// stripTZ drops a leading CRON_TZ= or TZ= field.
+func stripTZ(spec string) string {
+	spec = strings.TrimSpace(spec)
+	if strings.HasPrefix(spec, "CRON_TZ=") || strings.HasPrefix(spec, "TZ=") {
+		if i := strings.IndexByte(spec, ' '); i > 0 {
+			return spec[i+1:]
+		}
+	}
+	return spec
 }
 
 // alignedEvery is "@every D" fixed to multiples of D since the Unix epoch.
@@ -191,15 +213,15 @@ func RunCron(ctx context.Context, o CronOptions) (int, error) {
 	}
 	cctx, cancel := context.WithTimeout(ctx, max(ro.SessionTimeout, 10*time.Second))
 	c, err := client.Connect(cctx, client.Config{Servers: ro.Servers, SessionTimeout: ro.SessionTimeout,
-		PingInterval: ro.SessionTimeout / 5, Auth: ro.Auth, Logger: log})
+		PingInterval: ro.SessionTimeout / 5, Auth: ro.Auth, TLS: ro.TLS, Logger: log})
 	cancel()
 	if err != nil {
 		return ExitUsage, fmt.Errorf("connect to %s: %w", strings.Join(ro.Servers, ","), err)
 	}
 	defer c.Close()
-	margin := ro.DriftMargin
-	if ro.ExtraMargin > 0 && isApacheZooKeeper(ro.Servers) {
-		margin += ro.ExtraMargin
+	margin, err := leaseMargin(ro, c)
+	if err != nil {
+		return ExitUsage, err
 	}
 	s := &cronHost{c: c, o: o, ro: ro, log: log, margin: margin, leases: newLeaseFanout(c), sigs: map[chan os.Signal]struct{}{}}
 	for _, j := range o.Jobs {
@@ -225,6 +247,9 @@ func RunCron(ctx context.Context, o CronOptions) (int, error) {
 					continue
 				}
 				log.Info("stopping: no new firings; running jobs get the signal", "signal", sig.String())
+				s.mu.Lock()
+				s.stopping = true
+				s.mu.Unlock()
 				s.forward(sig)
 				return
 			case <-c.Done():
@@ -255,6 +280,7 @@ type cronHost struct {
 
 	mu          sync.Mutex
 	sigs        map[chan os.Signal]struct{}
+	stopping    bool // a terminating signal came: start no more jobs
 	sessionLost atomic.Bool
 }
 
@@ -293,13 +319,23 @@ func (s *cronHost) register(ctx context.Context, j *CronJob) error {
 		info.CatchUp = j.CatchUp.String()
 	}
 	b, _ := json.Marshal(info)
-	if _, err := s.c.Set(ctx, dir, b, -1); err != nil {
-		return err
-	}
 	hi := holderInfo(s.ro.Argv)
 	hb, _ := json.Marshal(hi)
-	_, err := s.c.Create(ctx, path.Join(dir, "hosts", fmt.Sprintf("%s-%d-", hi.Host, hi.PID)), hb, wire.FlagEphemeralSequential, client.OpenACL)
-	return err
+	// Named by session, so a create retried after a lost reply finds its
+	// own node instead of leaving a second one.
+	host := path.Join(dir, "hosts", fmt.Sprintf("%s-%d-%x", hi.Host, hi.PID, s.c.SessionID()))
+	for {
+		_, err := s.c.Set(ctx, dir, b, -1)
+		if err == nil {
+			_, err = s.c.Create(ctx, host, hb, wire.FlagEphemeral, client.OpenACL)
+			if errors.Is(err, wire.ErrNodeExists) {
+				err = nil
+			}
+		}
+		if !errors.Is(err, client.ErrConnectionLoss) {
+			return err
+		}
+	}
 }
 
 // schedule fires the job at each scheduled time until ctx ends.
@@ -380,7 +416,7 @@ func (s *cronHost) fire(ctx context.Context, j *CronJob, at time.Time, catchUp b
 	if s.o.OnFire != nil {
 		s.o.OnFire(j.Name, rec)
 	}
-	s.prune(ctx, dir, j.History)
+	s.prune(ctx, j)
 }
 
 // claim creates the firing's node if no one has. A create whose reply was
@@ -458,8 +494,16 @@ func (s *cronHost) runFiring(ctx context.Context, j *CronJob, node string, rec *
 	rec.State, rec.Token, rec.Start = "running", e.czxid, time.Now().UTC()
 	s.update(wctx, node, rec)
 
+	// Register for signals and check for a stop in one step: a job
+	// started after the stop signal was forwarded would never get it.
 	sigs := make(chan os.Signal, 4)
 	s.mu.Lock()
+	if s.stopping {
+		s.mu.Unlock()
+		rec.State, rec.Reason = "lost", "host stopping"
+		s.update(wctx, node, rec)
+		return
+	}
 	s.sigs[sigs] = struct{}{}
 	s.mu.Unlock()
 	defer func() {
@@ -483,15 +527,26 @@ func (s *cronHost) runFiring(ctx context.Context, j *CronJob, node string, rec *
 	s.update(wctx, node, rec)
 }
 
-// prune keeps the newest keep firing records.
-func (s *cronHost) prune(ctx context.Context, dir string, keep int) {
-	kids, _, err := s.c.Children(ctx, path.Join(dir, "firings"))
-	if err != nil || len(kids) <= keep {
+// pruneHorizon is how long a firing's record is kept whatever the history
+// setting: the record is what stops a host whose clock lags from running
+// the firing again, so host clocks must agree to within this.
+const pruneHorizon = time.Hour
+
+// prune keeps the newest keep firing records, and every record younger
+// than the horizon (or the catch-up window, if longer).
+func (s *cronHost) prune(ctx context.Context, j *CronJob) {
+	dir := path.Join(s.o.Root, j.Name, "firings")
+	kids, _, err := s.c.Children(ctx, dir)
+	if err != nil || len(kids) <= j.History {
 		return
 	}
 	sort.Strings(kids)
-	for _, k := range kids[:len(kids)-keep] {
-		_ = s.c.Delete(ctx, path.Join(dir, "firings", k), -1)
+	oldest := s.o.Now().Add(-max(pruneHorizon, j.CatchUp)).Unix()
+	for _, k := range kids[:len(kids)-j.History] {
+		if secs, err := strconv.ParseInt(k, 10, 64); err != nil || secs >= oldest {
+			break
+		}
+		_ = s.c.Delete(ctx, path.Join(dir, k), -1)
 	}
 }
 

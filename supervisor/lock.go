@@ -85,9 +85,6 @@ func ensurePath(ctx context.Context, c *client.Client, p string) error {
 
 // enter joins the queue of the lock in dir.
 func enter(ctx context.Context, c *client.Client, dir string, info HolderInfo) (*entry, error) {
-	if err := ensurePath(ctx, c, dir); err != nil {
-		return nil, err
-	}
 	var rnd [8]byte
 	_, _ = rand.Read(rnd[:])
 	e := &entry{c: c, dir: dir, id: hex.EncodeToString(rnd[:])}
@@ -97,6 +94,14 @@ func enter(ctx context.Context, c *client.Client, dir string, info HolderInfo) (
 		if err == nil {
 			e.node, e.czxid = p, st.Czxid
 			return e, nil
+		}
+		if errors.Is(err, wire.ErrNoNode) {
+			// First use of this lock: create its folders, then retry.
+			// (Creating them up front would cost writes on every run.)
+			if err := ensurePath(ctx, c, dir); err != nil {
+				return nil, err
+			}
+			continue
 		}
 		if !errors.Is(err, client.ErrConnectionLoss) {
 			return nil, fmt.Errorf("join queue %s: %w", dir, err)

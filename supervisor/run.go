@@ -11,6 +11,7 @@ package supervisor
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -40,6 +41,7 @@ type Options struct {
 	Servers        []string
 	SessionTimeout time.Duration
 	Auth           []client.Auth
+	TLS            *tls.Config
 	Root           string // folder of all locks, e.g. /coordrun/locks
 	Name           string // the lock's name
 	Argv           []string
@@ -88,6 +90,24 @@ func (o *Options) Validate() error {
 	return nil
 }
 
+// leaseMargin is what is taken off every lease before it becomes the
+// job's kill deadline: the drift margin, widened against Apache ZooKeeper.
+// It checks the timing again with the timeout the server granted (which
+// may be below the one asked for) and the final margin: the kill must not
+// fire between two ordinary pings.
+func leaseMargin(o Options, c *client.Client) (time.Duration, error) {
+	margin := o.DriftMargin
+	if o.ExtraMargin > 0 && isApacheZooKeeper(o.Servers, o.TLS) {
+		margin += o.ExtraMargin
+		o.Log.Debug("ensemble is Apache ZooKeeper; widening the lease margin", "margin", margin)
+	}
+	timeout := c.SessionTimeout()
+	if budget := timeout / 2; o.KillGrace+margin+killSlack > budget {
+		return 0, UsageError{fmt.Errorf("session timeout %v (as granted by the ensemble) is too short for --kill-grace %v and a lease margin of %v: they must stay under %v; raise --session-timeout or lower --kill-grace", timeout, o.KillGrace, margin, budget)}
+	}
+	return margin, nil
+}
+
 // DefaultName derives a lock name from a command: its base name, with
 // characters other than letters, digits, '.', '_' and '-' replaced.
 func DefaultName(argv []string, shell bool) string {
@@ -119,6 +139,7 @@ func Run(ctx context.Context, o Options) (int, error) {
 	log := o.Log
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
+		o.Log = log
 	}
 	cctx, cancel := context.WithTimeout(ctx, max(o.SessionTimeout, 10*time.Second))
 	c, err := client.Connect(cctx, client.Config{
@@ -128,6 +149,7 @@ func Run(ctx context.Context, o Options) (int, error) {
 		// deadline in ordinary operation.
 		PingInterval: o.SessionTimeout / 5,
 		Auth:         o.Auth,
+		TLS:          o.TLS,
 		Logger:       log,
 	})
 	cancel()
@@ -135,10 +157,9 @@ func Run(ctx context.Context, o Options) (int, error) {
 		return ExitUsage, fmt.Errorf("connect to %s: %w", strings.Join(o.Servers, ","), err)
 	}
 	defer c.Close()
-	margin := o.DriftMargin
-	if o.ExtraMargin > 0 && isApacheZooKeeper(o.Servers) {
-		margin += o.ExtraMargin
-		log.Debug("ensemble is Apache ZooKeeper; widening the lease margin", "margin", margin)
+	margin, err := leaseMargin(o, c)
+	if err != nil {
+		return ExitUsage, err
 	}
 	dir := path.Join(o.Root, o.Name)
 	log.Info("waiting for lock", "lock", o.Name, "node_dir", dir, "session", fmt.Sprintf("0x%x", c.SessionID()))

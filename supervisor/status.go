@@ -1,6 +1,7 @@
 package supervisor
 
 import (
+	"crypto/tls"
 	"fmt"
 	"io"
 	"log/slog"
@@ -47,9 +48,17 @@ func (s *statusLine) clear() {
 // isApacheZooKeeper asks the first reachable server who it is. An answer
 // that does not name coordrun, or none at all, counts as ZooKeeper: the
 // cautious side, since it only widens the margin.
-func isApacheZooKeeper(servers []string) bool {
+func isApacheZooKeeper(servers []string, tc *tls.Config) bool {
 	for _, s := range servers {
-		c, err := net.DialTimeout("tcp", s, 2*time.Second)
+		d := &net.Dialer{Timeout: 2 * time.Second}
+		var c net.Conn
+		var err error
+		if tc != nil {
+			// The whole client port speaks TLS, four-letter words too.
+			c, err = tls.DialWithDialer(d, "tcp", s, tc)
+		} else {
+			c, err = d.Dial("tcp", s)
+		}
 		if err != nil {
 			continue
 		}

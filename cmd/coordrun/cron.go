@@ -217,8 +217,12 @@ func cronClient(cmd *cobra.Command, v interface {
 	if len(servers) == 0 {
 		return nil, nil, nil, usageError{errors.New("--servers is empty")}
 	}
+	tlsCfg, err := clientTLS(v)
+	if err != nil {
+		return nil, nil, nil, err
+	}
 	ctx, cancel := context.WithTimeout(cmd.Context(), v.GetDuration("timeout"))
-	c, err := client.Connect(ctx, client.Config{Servers: servers, SessionTimeout: 10 * time.Second})
+	c, err := client.Connect(ctx, client.Config{Servers: servers, SessionTimeout: 10 * time.Second, TLS: tlsCfg})
 	if err != nil {
 		cancel()
 		return nil, nil, nil, usageError{fmt.Errorf("connect to %s: %w", v.GetString("servers"), err)}
@@ -232,6 +236,7 @@ func addInspectFlags(cmd *cobra.Command, root string) {
 	f.String("root", root, "znode folder")
 	f.Bool("json", false, "print JSON")
 	f.Duration("timeout", 10*time.Second, "give up after this long")
+	addClientTLSFlags(f)
 }
 
 func newCronHistoryCommand() *cobra.Command {

@@ -1,10 +1,10 @@
 package main
 
 import (
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -18,7 +18,7 @@ func newEnsembleCommand() *cobra.Command {
 		Use:   "ensemble",
 		Short: "Inspect and manage the ensemble",
 	}
-	cmd.AddCommand(newEnsembleStatusCommand())
+	cmd.AddCommand(newEnsembleStatusCommand(), newEnsembleAddCommand(), newEnsembleRemoveCommand(), newEnsembleSnapshotCommand())
 	return cmd
 }
 
@@ -36,17 +36,21 @@ func newEnsembleStatusCommand() *cobra.Command {
 			if len(servers) == 0 {
 				return usageError{fmt.Errorf("--servers is empty")}
 			}
+			tlsCfg, err := clientTLS(v)
+			if err != nil {
+				return err
+			}
 			timeout := v.GetDuration("timeout")
 			wait := v.GetDuration("wait")
 			deadline := time.Now().Add(wait)
-			st, err := ensembleStatus(servers, timeout)
+			st, err := ensembleStatus(servers, timeout, tlsCfg)
 			for wait > 0 && !healthy(st, err) && time.Now().Before(deadline) {
 				select {
 				case <-cmd.Context().Done():
 					return cmd.Context().Err()
 				case <-time.After(100 * time.Millisecond):
 				}
-				st, err = ensembleStatus(servers, timeout)
+				st, err = ensembleStatus(servers, timeout, tlsCfg)
 			}
 			if err != nil {
 				return usageError{err}
@@ -71,16 +75,17 @@ func newEnsembleStatusCommand() *cobra.Command {
 	f.Bool("json", false, "print JSON")
 	f.Duration("timeout", 5*time.Second, "how long to wait for a member")
 	f.Duration("wait", 0, "wait up to this long for a healthy ensemble (every member up, one leader, all applied alike); exit 1 if it is not")
+	addClientTLSFlags(f)
 	return cmd
 }
 
 // ensembleStatus asks the listed members in turn and prefers an answer
 // from one that knows the leader: a member just restarted may not yet.
-func ensembleStatus(servers []string, timeout time.Duration) (ensemble.Status, error) {
+func ensembleStatus(servers []string, timeout time.Duration, tc *tls.Config) (ensemble.Status, error) {
 	var first *ensemble.Status
 	var lastErr error
 	for _, s := range servers {
-		st, err := fetchStatus(s, timeout)
+		st, err := fetchStatus(s, timeout, tc)
 		if err != nil {
 			lastErr = err
 			continue
@@ -120,9 +125,9 @@ func splitServers(s string) []string {
 	return out
 }
 
-func fetchStatus(addr string, timeout time.Duration) (ensemble.Status, error) {
+func fetchStatus(addr string, timeout time.Duration, tc *tls.Config) (ensemble.Status, error) {
 	var st ensemble.Status
-	c, err := net.DialTimeout("tcp", addr, timeout)
+	c, err := dialClientPort(addr, timeout, tc)
 	if err != nil {
 		return st, err
 	}

@@ -40,6 +40,7 @@ is "coordrun run -- cmd".
 	root.PersistentFlags().String("config", "", "config file (default "+defaultConfigFile+" when present; env COORDRUN_CONFIG)")
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	root.AddCommand(newServerCommand(), newEnsembleCommand(), newVersionCommand(), newRunCommand(), newWatchdogCommand(), newStatusCommand(), newCronCommand(), newFenceCommand())
+	root.AddCommand(newDocsCommand()) // hidden: man pages and completions for packaging
 	return root
 }
 

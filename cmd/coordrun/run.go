@@ -46,6 +46,7 @@ func addSessionFlags(cmd *cobra.Command) {
 	f.BoolP("verbose", "v", false, "log more")
 	f.BoolP("quiet", "q", false, "log only errors")
 	f.String("log-format", "text", "log format on stderr: text or json")
+	addClientTLSFlags(f)
 }
 
 func addRunFlags(cmd *cobra.Command) {
@@ -88,6 +89,10 @@ func sessionOptions(cmd *cobra.Command, v *viper.Viper) (supervisor.Options, err
 	if len(servers) == 0 {
 		return supervisor.Options{}, usageError{errors.New("--servers is empty")}
 	}
+	tlsCfg, err := clientTLS(v)
+	if err != nil {
+		return supervisor.Options{}, err
+	}
 	// Every signal that would end coordrun goes to the job instead; the
 	// supervisor decides when to stop.
 	sigs := make(chan os.Signal, 8)
@@ -96,6 +101,7 @@ func sessionOptions(cmd *cobra.Command, v *viper.Viper) (supervisor.Options, err
 		Servers:        servers,
 		SessionTimeout: v.GetDuration("session-timeout"),
 		Auth:           auth,
+		TLS:            tlsCfg,
 		Env:            os.Environ(),
 		KillGrace:      v.GetDuration("kill-grace"),
 		DriftMargin:    v.GetDuration("drift-margin"),

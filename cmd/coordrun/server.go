@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 	"time"
 
@@ -36,14 +37,19 @@ from it; --peers only matters the first time.
 	f.String("peer-addr", "", "address for raft and member traffic (host:port)")
 	f.String("peers", "", "initial members as id=host:port,... (peer addresses, this member included)")
 	f.Bool("dev", false, "one throwaway member: temporary data dir, id 1, peer port on loopback")
+	f.Bool("join", false, "start as a new member of a running ensemble: no bootstrap; add it with coordrun ensemble add")
+	f.String("restore", "", "seed a new (empty) data dir from a backup made with coordrun ensemble snapshot save")
+	f.StringSlice("admin-from", nil, "client networks (CIDR) besides loopback allowed to change members and save snapshots")
 	f.Duration("min-session-timeout", 4*time.Second, "smallest session timeout granted")
 	f.Duration("max-session-timeout", 40*time.Second, "largest session timeout granted")
 	f.Int("max-data-bytes", 1<<20, "largest znode data accepted")
 	f.Duration("heartbeat-timeout", 500*time.Millisecond, "raft heartbeat timeout")
 	f.Duration("election-timeout", 500*time.Millisecond, "raft election timeout")
 	f.Uint64("snapshot-threshold", 8192, "log entries between snapshots")
+	f.String("admin-addr", "", "address for the admin HTTP listener: /metrics, /healthz, /readyz (default off; e.g. 127.0.0.1:8080)")
 	f.String("log-format", "text", "log format on stderr: text or json")
 	f.String("log-level", "info", "log level: debug, info, warn, error")
+	addServerTLSFlags(f)
 	return cmd
 }
 
@@ -72,7 +78,20 @@ func runServer(cmd *cobra.Command, _ []string) error {
 		HeartbeatTimeout:  v.GetDuration("heartbeat-timeout"),
 		ElectionTimeout:   v.GetDuration("election-timeout"),
 		SnapshotThreshold: v.GetUint64("snapshot-threshold"),
+		AdminAddr:         v.GetString("admin-addr"),
+		Join:              v.GetBool("join"),
+		Restore:           v.GetString("restore"),
 		Logger:            log,
+	}
+	for _, s := range v.GetStringSlice("admin-from") {
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			return usageError{fmt.Errorf("--admin-from %q: %w", s, err)}
+		}
+		cfg.AdminFrom = append(cfg.AdminFrom, p)
+	}
+	if cfg.Join && cfg.Restore != "" {
+		return usageError{errors.New("--join and --restore exclude each other: a joining member gets its data from the ensemble")}
 	}
 	if v.GetBool("dev") {
 		if cfg.ID == "" {
@@ -102,6 +121,9 @@ func runServer(cmd *cobra.Command, _ []string) error {
 	if cfg.PeerAddr == "" {
 		return usageError{fmt.Errorf("--peer-addr is required (or --dev)")}
 	}
+	if cfg.ClientTLS, cfg.PeerTLS, err = serverTLS(v); err != nil {
+		return err
+	}
 	m, err := ensemble.Start(cfg)
 	if errors.Is(err, ensemble.ErrConfig) {
 		return usageError{err}
@@ -110,7 +132,9 @@ func runServer(cmd *cobra.Command, _ []string) error {
 		return err
 	}
 	log.Info("serving", "id", cfg.ID, "client_addr", m.ClientAddr(), "peer_addr", m.PeerAddr(), "data_dir", cfg.DataDir)
+	sd := startSdNotify(cmd.Context(), m, log)
 	<-cmd.Context().Done()
+	sd.stopping()
 	log.Info("shutting down")
 	return m.Close()
 }

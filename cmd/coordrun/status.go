@@ -27,9 +27,13 @@ func newStatusCommand() *cobra.Command {
 			if len(servers) == 0 {
 				return usageError{errors.New("--servers is empty")}
 			}
+			tlsCfg, err := clientTLS(v)
+			if err != nil {
+				return err
+			}
 			ctx, cancel := context.WithTimeout(cmd.Context(), v.GetDuration("timeout"))
 			defer cancel()
-			c, err := client.Connect(ctx, client.Config{Servers: servers, SessionTimeout: 10 * time.Second})
+			c, err := client.Connect(ctx, client.Config{Servers: servers, SessionTimeout: 10 * time.Second, TLS: tlsCfg})
 			if err != nil {
 				return usageError{fmt.Errorf("connect to %s: %w", v.GetString("servers"), err)}
 			}
@@ -55,6 +59,7 @@ func newStatusCommand() *cobra.Command {
 	f.String("root", "/coordrun/locks", "znode folder holding every lock")
 	f.Bool("json", false, "print JSON")
 	f.Duration("timeout", 10*time.Second, "give up after this long")
+	addClientTLSFlags(f)
 	return cmd
 }
 

@@ -12,13 +12,18 @@
 // the members' CPU time per op (from /proc). After the workloads it reports
 // every member's resident memory (VmRSS, and the peak VmHWM).
 //
+// -workloads lock (or all, the default) adds the lock workloads of lock.go:
+// lock handoff through the real `coordrun run` binary with 10 and 100
+// waiters, watch notifications per release (also of a naive herd lock),
+// crash-to-next-holder, and the wall time of one `coordrun run -- true`.
+//
 // Every process runs on 127.0.0.1 with free ports and temporary data dirs;
 // all are stopped and the dirs removed on exit, on error and on Ctrl-C. A
 // harness killed outright still takes its children with it (Pdeathsig).
 //
 // Usage (make bench):
 //
-//	go run ./ensemble/bench -bin bin/coordrun [-zk=false] [-duration 5s] [-json FILE]
+//	go run ./ensemble/bench -bin bin/coordrun [-zk=false] [-workloads kv|lock|all] [-duration 5s] [-json FILE]
 package main
 
 import (
@@ -51,6 +56,7 @@ type config struct {
 	clients   int
 	valueSize int
 	jsonPath  string
+	workloads string // kv, lock or all
 }
 
 func main() {
@@ -66,9 +72,14 @@ func main() {
 	flag.IntVar(&cfg.clients, "clients", 32, "clients (sessions) in the concurrent workloads")
 	flag.IntVar(&cfg.valueSize, "value-size", 100, "znode value size in bytes")
 	flag.StringVar(&cfg.jsonPath, "json", "", "also write the results as JSON to this file")
+	flag.StringVar(&cfg.workloads, "workloads", "all", "kv (setData/getData), lock (lock.go) or all")
 	flag.Parse()
 	if cfg.duration <= 0 || cfg.warmup < 0 || cfg.clients < 1 || cfg.valueSize < 0 {
 		fmt.Fprintln(os.Stderr, "bench: -duration must be > 0, -warmup >= 0, -clients >= 1, -value-size >= 0")
+		os.Exit(2)
+	}
+	if cfg.workloads != "kv" && cfg.workloads != "lock" && cfg.workloads != "all" {
+		fmt.Fprintln(os.Stderr, "bench: -workloads must be kv, lock or all")
 		os.Exit(2)
 	}
 
@@ -114,11 +125,15 @@ func run(ctx context.Context, cfg config) error {
 		systems = append(systems, zks)
 	}
 
+	kv := cfg.workloads != "lock"
 	value := make([]byte, cfg.valueSize)
 	for i := range value {
 		value[i] = 'a' + byte(i%26)
 	}
 	for _, s := range systems {
+		if !kv {
+			break // the lock workloads need no prepared znodes
+		}
 		if err := prepare(ctx, s, cfg.clients, value); err != nil {
 			return fmt.Errorf("%s: prepare: %w", s.name, err)
 		}
@@ -135,6 +150,9 @@ func run(ctx context.Context, cfg config) error {
 		op      string
 		clients int
 	}{{"setData", 1}, {"setData", cfg.clients}, {"getData", cfg.clients}}
+	if !kv {
+		workloads = nil
+	}
 	for _, w := range workloads {
 		for _, s := range systems {
 			fmt.Fprintf(os.Stderr, "%s x%d on %s ...\n", w.op, w.clients, s.name)
@@ -143,6 +161,11 @@ func run(ctx context.Context, cfg config) error {
 				return fmt.Errorf("%s x%d on %s: %w", w.op, w.clients, s.name, err)
 			}
 			rep.Results = append(rep.Results, r)
+		}
+	}
+	if cfg.workloads != "kv" {
+		if rep.Lock, err = runLock(ctx, cfg, systems, root); err != nil {
+			return err
 		}
 	}
 	for _, s := range systems {
@@ -423,9 +446,23 @@ type report struct {
 	Systems     []systemInfo `json:"systems"`
 	Results     []result     `json:"results"`
 	Memory      []memRow     `json:"memory"`
+	Lock        *lockReport  `json:"lock,omitempty"`
 }
 
 func (r *report) print(out *os.File) {
+	defer func() {
+		if r.Lock != nil {
+			r.Lock.print(out)
+		}
+	}()
+	if len(r.Results) == 0 {
+		fmt.Fprintf(out, "\n3 members per system on 127.0.0.1, %d CPUs\n", r.CPUs)
+		for _, s := range r.Systems {
+			fmt.Fprintf(out, "  %-9s  %s\n", s.Name, s.Version)
+		}
+		r.printMemory(out)
+		return
+	}
 	fmt.Fprintf(out, "\n3 members per system on 127.0.0.1, %d-byte values, %v per workload after %v warm-up, %d CPUs, client go-zookeeper/zk\n",
 		r.ValueBytes, time.Duration(r.DurationSec*float64(time.Second)), time.Duration(r.WarmupSec*float64(time.Second)), r.CPUs)
 	for _, s := range r.Systems {
@@ -457,9 +494,12 @@ func (r *report) print(out *os.File) {
 			fmt.Fprintf(out, "%s x%d on %s: %d errors, first: %s\n", x.Workload, x.Clients, x.System, x.Errors, x.FirstError)
 		}
 	}
+	r.printMemory(out)
+}
 
+func (r *report) printMemory(out *os.File) {
 	fmt.Fprintln(out)
-	tw = tabwriter.NewWriter(out, 0, 4, 2, ' ', tabwriter.AlignRight)
+	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "memory\tmember\trole\tpid\tVmRSS MiB\tVmHWM MiB\t")
 	totals := map[string]int64{}
 	for _, m := range r.Memory {

@@ -59,7 +59,8 @@ type Client struct {
 
 // Connect establishes a new session with one of cfg.Servers and returns
 // once it is established and the configured credentials are accepted. It
-// keeps trying the servers until ctx ends.
+// keeps trying the servers until ctx ends, unless every server in a round
+// failed TLS verification (either side refused the other's certificate).
 func Connect(ctx context.Context, cfg Config) (*Client, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
@@ -89,6 +90,7 @@ func Connect(ctx context.Context, cfg Config) (*Client, error) {
 	var lastErr error
 	delay := minBackoff
 	for cn == nil {
+		refused := 0
 		for range c.servers {
 			if ctx.Err() != nil {
 				break
@@ -98,10 +100,18 @@ func Connect(ctx context.Context, cfg Config) (*Client, error) {
 			if cn != nil {
 				break
 			}
+			if tlsRefused(lastErr) {
+				refused++
+			}
 			c.log.Debug("connect attempt failed", "server", server, "err", lastErr)
 		}
 		if cn != nil {
 			break
+		}
+		if refused == len(c.servers) {
+			// Certificates do not fix themselves: fail now, not at ctx's end.
+			c.cancel()
+			return nil, fmt.Errorf("connect: %w", lastErr)
 		}
 		if err := c.backoff(ctx, &delay); err != nil {
 			c.cancel()

@@ -34,8 +34,19 @@ type request struct {
 	setWatch *wire.SetWatches // setWatches: its watches end if refused
 	sent     time.Time        // stamped by the writer before the write
 	done     chan error       // capacity 1
-	gone     atomic.Bool      // the caller stopped waiting (ctx)
+	// state hands the request between the caller and the reader: the
+	// reader claims it (reqWaiting → reqDelivering) before decoding into
+	// resp, the caller abandons it (reqWaiting → reqGone) when its ctx
+	// ends. Only one wins, so a late reply never writes into a resp the
+	// caller has already returned.
+	state atomic.Int32
 }
+
+const (
+	reqWaiting int32 = iota
+	reqDelivering
+	reqGone
+)
 
 func newRequest(ctx context.Context, op int32, path string, body, resp wire.Record) *request {
 	return &request{ctx: ctx, op: op, path: path, body: body, resp: resp, done: make(chan error, 1)}
@@ -301,13 +312,14 @@ func (cn *conn) handle(frame []byte) error {
 		cl.prove(r.sent, cn.timeout)
 	}
 	err := codeErr(h.Err)
-	if err == nil && r.resp != nil {
+	claimed := r.state.CompareAndSwap(reqWaiting, reqDelivering)
+	if err == nil && r.resp != nil && claimed {
 		if derr := r.resp.Decode(d); derr != nil {
 			r.finish(ErrConnectionLoss)
 			return protocolError("%s reply: %v", wire.OpName(r.op), derr)
 		}
 	}
-	if r.watch != 0 && !r.gone.Load() {
+	if r.watch != 0 && claimed {
 		switch {
 		case err == nil:
 			cl.watches.add(watchKey{r.watch, r.path}, r.wch)
@@ -348,6 +360,14 @@ func (cl *Client) dial(ctx context.Context, server string) (*conn, error) {
 	}
 	if tc, ok := nc.(*net.TCPConn); ok {
 		_ = tc.SetNoDelay(true)
+	}
+	if cl.cfg.TLS != nil {
+		tc, err := cl.startTLS(ctx, nc, server)
+		if err != nil {
+			nc.Close()
+			return nil, err
+		}
+		nc = tc
 	}
 	cn, err := cl.handshake(ctx, nc, server)
 	if err != nil {

@@ -60,8 +60,8 @@ func startCluster(t *testing.T, n int) *cluster {
 			ClientAddr:        cls[i].Addr().String(),
 			Peers:             peers,
 			MinSessionTimeout: 500 * time.Millisecond,
-			HeartbeatTimeout:  300 * time.Millisecond,
-			ElectionTimeout:   300 * time.Millisecond,
+			HeartbeatTimeout:  time.Second, // shorter ones flap under -race on a loaded machine
+			ElectionTimeout:   time.Second,
 			Logger:            testLogger(t, fmt.Sprint("m", i+1)),
 		})
 	}

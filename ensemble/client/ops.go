@@ -22,13 +22,11 @@ func (c *Client) call(ctx context.Context, r *request) error {
 	case err := <-r.done:
 		return err
 	case <-ctx.Done():
-		r.gone.Store(true)
-		select {
-		case err := <-r.done:
-			return err
-		default:
+		if r.state.CompareAndSwap(reqWaiting, reqGone) {
+			return ctx.Err()
 		}
-		return ctx.Err()
+		// The reader claimed it first: its outcome is moments away.
+		return <-r.done
 	}
 }
 

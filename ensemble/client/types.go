@@ -1,6 +1,7 @@
 package client
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -146,6 +147,10 @@ type Config struct {
 	DialTimeout time.Duration
 	// Auth is sent after the handshake of every connection.
 	Auth []Auth
+	// TLS, when set, makes every connection TLS (the handshake counts
+	// against DialTimeout). An empty ServerName verifies each server
+	// against the host part of its address in Servers. Nil: plaintext.
+	TLS *tls.Config
 	// Logger receives connection-level diagnostics (default: discarded).
 	Logger *slog.Logger
 	// Now is the clock for lease math (default time.Now).

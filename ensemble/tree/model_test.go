@@ -81,9 +81,9 @@ type model struct {
 func newModel() *model {
 	m := &model{nodes: map[string]*mnode{}, sessions: map[int64]bool{}}
 	for _, p := range []string{"/", "/zookeeper", "/zookeeper/quota"} {
-		m.nodes[p] = &mnode{}
+		m.nodes[p] = &mnode{data: []byte{}}
 	}
-	m.nodes["/zookeeper/config"] = &mnode{acl: aclReadOnly, aversn: -1}
+	m.nodes["/zookeeper/config"] = &mnode{acl: aclReadOnly, aversn: -1, data: []byte{}}
 	return m
 }
 

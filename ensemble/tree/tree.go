@@ -102,7 +102,9 @@ func newEmpty() *Tree {
 // initial links bump no cversion.
 func New() *Tree {
 	t := newEmpty()
-	root := &node{acl: t.retainACL(newACLEntry(OpenACL))}
+	// Empty, not null, data: ZooKeeper's system nodes hold byte[0], and
+	// clients such as Curator read /zookeeper/config expecting a buffer.
+	root := &node{acl: t.retainACL(newACLEntry(OpenACL)), data: []byte{}}
 	t.nodes[rootPath] = root
 	t.dataSize = int64(len(rootPath))
 	for _, p := range []string{procPath, quotaPath, configPath} {
@@ -111,7 +113,7 @@ func New() *Tree {
 			acl = readACL
 		}
 		parent, name := splitPath(p)
-		n := &node{acl: newACLEntry(acl)}
+		n := &node{acl: newACLEntry(acl), data: []byte{}}
 		if p == configPath {
 			n.stat.Aversion = -1
 		}

@@ -1,0 +1,365 @@
+package main
+
+// Tests of `coordrun cron` as a command: bad schedules and jobs files are
+// refused before anything connects or starts, and `cron history` and
+// `cron list` show what the hosts recorded. The multi-host behaviour
+// (skew, crashes, outages, overlap) is tested in supervisor/cron_test.go.
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/coordrun/coordrun/ensemble"
+	"github.com/coordrun/coordrun/ensemble/client"
+	"github.com/coordrun/coordrun/supervisor"
+)
+
+// cronTestDeadAddr is a loopback address nobody listens on: a command
+// that tried to connect there would fail only after its connect timeout
+// (10s), and with a connection error.
+func cronTestDeadAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	return addr
+}
+
+// cronTestExec runs the binary with args for at most limit and returns
+// its stdout, stderr, exit code (-1 if it had to be killed) and run time.
+func cronTestExec(t *testing.T, limit time.Duration, args ...string) (string, string, int, time.Duration) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, procBin, args...)
+	cmd.Env = procEnv()
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	start := time.Now()
+	err := cmd.Run()
+	took := time.Since(start)
+	code := 0
+	if err != nil {
+		code = -1
+		if ee, ok := err.(*exec.ExitError); ok && ctx.Err() == nil {
+			code = ee.ExitCode()
+		}
+	}
+	return stdout.String(), stderr.String(), code, took
+}
+
+// 5. Bad schedules, time zones, flags and jobs files: exit 64 at once
+// with the problem (and for a file its name and line), and nothing
+// started: --servers points at a port nobody listens on, so a command that
+// went on to connect would hang for its connect timeout and then report a
+// connection error instead.
+func TestCronBadInput(t *testing.T) {
+	dead := cronTestDeadAddr(t)
+	dir := t.TempDir()
+	jobsFile := func(name, content string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	const ok1 = "  - name: fine\n    schedule: \"@every 1s\"\n    command: \"true\"\n"
+	type tc struct {
+		name string
+		args []string // after cron --servers dead
+		want []string // substrings of stderr
+	}
+	cases := []tc{
+		{"minute 61", []string{"--schedule", "61 * * * *", "--", "true"}, []string{`schedule "61 * * * *"`, "above maximum"}},
+		{"empty schedule", []string{"--schedule", "", "--", "true"}, []string{"--schedule"}},
+		{"blank schedule", []string{"--schedule", "   ", "--", "true"}, []string{"empty schedule"}},
+		{"every negative", []string{"--schedule", "@every -1s", "--", "true"}, []string{"@every -1s"}},
+		{"every zero", []string{"--schedule", "@every 0s", "--", "true"}, []string{"@every 0s"}},
+		{"bogus descriptor", []string{"--schedule", "@bogus", "--", "true"}, []string{"@bogus", "unrecognized descriptor"}},
+		{"seven fields", []string{"--schedule", "* * * * * * *", "--", "true"}, []string{"expected 5 to 6 fields"}},
+		{"bad tz", []string{"--schedule", "0 3 * * *", "--tz", "Mars/Olympus", "--", "true"}, []string{"Mars/Olympus", "unknown time zone"}},
+		{"bad CRON_TZ", []string{"--schedule", "CRON_TZ=Nowhere/Land 0 3 * * *", "--", "true"}, []string{"Nowhere/Land"}},
+		{"bad overlap", []string{"--schedule", "@every 1s", "--overlap", "sometimes", "--", "true"}, []string{`overlap "sometimes"`}},
+		{"negative catch-up", []string{"--schedule", "@every 1s", "--catch-up", "-1s", "--", "true"}, []string{"negative catch-up"}},
+		{"bad catch-up", []string{"--schedule", "@every 1s", "--catch-up", "soon", "--", "true"}, []string{"--catch-up"}},
+		{"negative history", []string{"--schedule", "@every 1s", "--history", "-1", "--", "true"}, []string{"history"}},
+		{"bad name", []string{"--schedule", "@every 1s", "--name", "a/b", "--", "true"}, []string{`bad job name "a/b"`}},
+		{"no command", []string{"--schedule", "@every 1s"}, []string{"need --schedule"}},
+		{"jobs and schedule", []string{"--jobs", jobsFile("both.yaml", "jobs:\n"+ok1), "--schedule", "@every 1s", "--", "true"}, []string{"not both"}},
+	}
+	files := []struct {
+		name, content string
+		want          []string
+	}{
+		{"notyaml.yaml", "jobs:\n" + ok1 + "  - name: b\n    schedule: \"@every 1s\n    command: true\n", []string{"notyaml.yaml: yaml: line 6:"}},
+		{"tabs.yaml", "jobs:\n\t- name: a\n", []string{"tabs.yaml: yaml: line 2:"}},
+		{"unknown-key.yaml", "jobs:\n" + ok1 + "  - name: b\n    schedule: \"@every 1s\"\n    comand: \"true\"\n", []string{"unknown-key.yaml:7:", `unknown job key "comand"`}},
+		{"unknown-top.yaml", "job:\n" + ok1, []string{"unknown-top.yaml: yaml:", "line 1: field job not found"}},
+		{"missing-name.yaml", "jobs:\n" + ok1 + "  - schedule: \"@every 2s\"\n    command: \"true\"\n", []string{"missing-name.yaml:5:", "without a name"}},
+		{"duplicate.yaml", "jobs:\n" + ok1 + "  - name: other\n    schedule: \"@every 1s\"\n    command: \"true\"\n  - name: fine\n    schedule: \"@every 2s\"\n    command: \"true\"\n",
+			[]string{"duplicate.yaml:8:", "job fine already defined at line 2"}},
+		{"bad-schedule.yaml", "jobs:\n" + ok1 + "  - name: b\n    schedule: \"61 * * * *\"\n    command: \"true\"\n", []string{"bad-schedule.yaml:5:", `job b: schedule "61 * * * *"`}},
+		{"every-negative.yaml", "jobs:\n" + ok1 + "  - name: b\n    schedule: \"@every -1s\"\n    command: \"true\"\n", []string{"every-negative.yaml:5:", "job b"}},
+		{"bad-tz.yaml", "jobs:\n" + ok1 + "  - name: b\n    schedule: \"0 3 * * *\"\n    tz: Mars/Olympus\n    command: \"true\"\n", []string{"bad-tz.yaml:5:", "Mars/Olympus"}},
+		{"bad-catch-up.yaml", "jobs:\n" + ok1 + "  - name: b\n    schedule: \"@every 1s\"\n    command: \"true\"\n    catch-up: 10 minutes\n", []string{"bad-catch-up.yaml:5:", "job b: catch-up"}},
+		{"bad-overlap.yaml", "jobs:\n" + ok1 + "  - name: b\n    schedule: \"@every 1s\"\n    command: \"true\"\n    overlap: never\n", []string{"bad-overlap.yaml:5:", `overlap "never"`}},
+		{"bad-history.yaml", "jobs:\n" + ok1 + "  - name: b\n    schedule: \"@every 1s\"\n    command: \"true\"\n    history: many\n", []string{"bad-history.yaml:5:", "many"}},
+		{"command-map.yaml", "jobs:\n" + ok1 + "  - name: b\n    schedule: \"@every 1s\"\n    command:\n      run: \"true\"\n", []string{"command-map.yaml:5:", "command must be a string or a list"}},
+		{"command-nested.yaml", "jobs:\n" + ok1 + "  - name: b\n    schedule: \"@every 1s\"\n    command:\n      - [a, b]\n", []string{"command-nested.yaml:5:", "job b: command"}},
+		{"command-missing.yaml", "jobs:\n" + ok1 + "  - name: b\n    schedule: \"@every 1s\"\n", []string{"command-missing.yaml:5:", "no command"}},
+		{"scalar-job.yaml", "jobs:\n" + ok1 + "  - just-a-string\n", []string{"scalar-job.yaml:5:"}},
+		{"empty.yaml", "", []string{"empty.yaml", "empty file"}},
+		{"no-jobs.yaml", "jobs: []\n", []string{"no-jobs.yaml", "no jobs"}},
+	}
+	for _, f := range files {
+		cases = append(cases, tc{"file " + f.name, []string{"--jobs", jobsFile(f.name, f.content)}, f.want})
+	}
+	cases = append(cases, tc{"missing file", []string{"--jobs", filepath.Join(dir, "absent.yaml")}, []string{"absent.yaml", "no such file"}})
+
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			args := append([]string{"cron", "--servers", dead}, c.args...)
+			_, stderr, code, took := cronTestExec(t, 3*time.Second, args...)
+			if code != exitUsage {
+				t.Errorf("coordrun %q: exit %d after %v, want %d at once; stderr:\n%s", args, code, cronTestMS(took), exitUsage, stderr)
+			}
+			if took > 2*time.Second {
+				t.Errorf("coordrun %q took %v to refuse its input: it did not fail before connecting", args, cronTestMS(took))
+			}
+			if strings.Contains(stderr, "connect to") || strings.Contains(stderr, "connection refused") {
+				t.Errorf("coordrun %q tried to connect (nothing may start on bad input): %s", args, stderr)
+			}
+			for _, w := range c.want {
+				if !strings.Contains(stderr, w) {
+					t.Errorf("coordrun %q: stderr %q lacks %q", args, stderr, w)
+				}
+			}
+		})
+	}
+}
+
+func cronTestMS(d time.Duration) string { return d.Round(time.Millisecond).String() }
+
+// cronTestEnsemble starts a single-member in-process ensemble and returns
+// its client address.
+func cronTestEnsemble(t *testing.T) string {
+	t.Helper()
+	pl, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := ensemble.Start(ensemble.Config{
+		ID:                "1",
+		DataDir:           t.TempDir(),
+		PeerListener:      pl,
+		ClientListener:    cl,
+		ClientAddr:        cl.Addr().String(),
+		Peers:             []ensemble.Peer{{ID: "1", Addr: pl.Addr().String()}},
+		MinSessionTimeout: 500 * time.Millisecond,
+		HeartbeatTimeout:  time.Second,
+		ElectionTimeout:   time.Second,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	return cl.Addr().String()
+}
+
+// cronTestClient connects to addr; closed at cleanup.
+func cronTestClient(t *testing.T, addr string) *client.Client {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	c, err := client.Connect(ctx, client.Config{Servers: []string{addr}, SessionTimeout: 10 * time.Second})
+	if err != nil {
+		t.Fatalf("connect %s: %v", addr, err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// 6. After a few firings on two hosts, `cron history JOB --json` shows
+// each firing's scheduled time, host, pid, token, start, end and exit
+// code, and `cron list --json` the job's definition, last firing, next
+// firing and the hosts taking part; the text forms show the same rows.
+func TestCronHistoryAndList(t *testing.T) {
+	addr := cronTestEnsemble(t)
+	c := cronTestClient(t, addr)
+	const root, job = "/coordrun/cron", "hist"
+	out := filepath.Join(t.TempDir(), "runs.log")
+	script := fmt.Sprintf(`echo "$COORDRUN_SCHEDULED_TIME $COORDRUN_FENCING_TOKEN" >> %s; exit 3`, out)
+	argv := []string{"/bin/sh", "-c", script}
+	var hosts []*proc
+	for _, name := range []string{"cronA", "cronB"} {
+		args := append([]string{"cron", "--servers", addr, "--name", job, "--schedule", "@every 1s",
+			"--session-timeout", "3s", "--kill-grace", "300ms", "--drift-margin", "100ms", "--catch-up", "1m", "--"}, argv...)
+		hosts = append(hosts, procStart(t, name, args...))
+	}
+	pids := []int{hosts[0].cmd.Process.Pid, hosts[1].cmd.Process.Pid}
+
+	// Wait for both hosts, then for three firings after that to finish.
+	var registered time.Time
+	procWait(t, 20*time.Second, "both hosts to register", func() bool {
+		kids, _, err := c.Children(context.Background(), root+"/"+job+"/hosts")
+		registered = time.Now()
+		return err == nil && len(kids) == 2
+	})
+	var recs []supervisor.FiringRecord
+	procWait(t, 20*time.Second, "three firings to finish", func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		var err error
+		recs, err = supervisor.CronHistory(ctx, c, root, job)
+		n := 0
+		for _, r := range recs {
+			if r.State == "done" && r.Scheduled.After(registered) {
+				n++
+			}
+		}
+		return err == nil && n >= 3
+	})
+
+	// cron history --json
+	stdout, stderr, code, _ := cronTestExec(t, 20*time.Second, "cron", "history", job, "--json", "--servers", addr)
+	if code != 0 {
+		t.Fatalf("cron history --json: exit %d\n%s", code, stderr)
+	}
+	var hist []supervisor.FiringRecord
+	if err := json.Unmarshal([]byte(stdout), &hist); err != nil {
+		t.Fatalf("cron history --json: %v\n%s", err, stdout)
+	}
+	hostname, _ := os.Hostname()
+	var done []supervisor.FiringRecord
+	for _, r := range hist {
+		if r.State == "done" {
+			done = append(done, r)
+		}
+	}
+	if len(done) < 3 {
+		t.Fatalf("cron history --json: %d done firings, want ≥ 3:\n%s", len(done), stdout)
+	}
+	var prev supervisor.FiringRecord
+	for i, r := range done {
+		where := fmt.Sprintf("history record %d (%s)", i, r.Scheduled.Format(time.RFC3339))
+		if r.Job != job || r.Host != hostname || !slices.Contains(pids, r.PID) {
+			t.Errorf("%s: job %q host %q pid %d; want %q, %q, one of %v", where, r.Job, r.Host, r.PID, job, hostname, pids)
+		}
+		if r.Scheduled.Nanosecond() != 0 || r.Scheduled.Location() != time.UTC {
+			t.Errorf("%s: scheduled time %v not a whole UTC second", where, r.Scheduled)
+		}
+		if r.Token <= 0 || (i > 0 && r.Token <= prev.Token) {
+			t.Errorf("%s: token %d, want positive and above the previous %d", where, r.Token, prev.Token)
+		}
+		if i > 0 && !r.Scheduled.After(prev.Scheduled) {
+			t.Errorf("%s: not after the previous record's %v (oldest first)", where, prev.Scheduled)
+		}
+		if r.Start.Before(r.Scheduled) || r.Start.Sub(r.Scheduled) > 2*time.Second || r.End.Before(r.Start) || r.Claimed.After(r.Start) {
+			t.Errorf("%s: claimed %v start %v end %v, want scheduled ≤ claimed ≤ start (within 2s) ≤ end", where, r.Claimed, r.Start, r.End)
+		}
+		if r.ExitCode == nil || *r.ExitCode != 3 {
+			t.Errorf("%s: exit code %v, want the job's 3", where, r.ExitCode)
+		}
+		if r.Nonce == "" {
+			t.Errorf("%s: no nonce", where)
+		}
+		prev = r
+	}
+	// The job saw the same scheduled times and tokens.
+	runs, _ := os.ReadFile(out)
+	for _, r := range done {
+		line := fmt.Sprintf("%s %d\n", r.Scheduled.Format(time.RFC3339), r.Token)
+		if strings.Count(string(runs), line) != 1 {
+			t.Errorf("job log has %q %d times, want once:\n%s", line, strings.Count(string(runs), line), runs)
+		}
+	}
+	t.Logf("history: %d records, %d done, tokens %d..%d", len(hist), len(done), done[0].Token, done[len(done)-1].Token)
+
+	stdout, _, code, _ = cronTestExec(t, 20*time.Second, "cron", "history", job, "--json", "--last", "2", "--servers", addr)
+	var last2 []supervisor.FiringRecord
+	if code != 0 || json.Unmarshal([]byte(stdout), &last2) != nil || len(last2) != 2 {
+		t.Errorf("cron history --last 2: exit %d, %d records:\n%s", code, len(last2), stdout)
+	}
+
+	// cron list --json
+	stdout, stderr, code, _ = cronTestExec(t, 20*time.Second, "cron", "list", "--json", "--servers", addr)
+	if code != 0 {
+		t.Fatalf("cron list --json: exit %d\n%s", code, stderr)
+	}
+	var list []cronListEntry
+	if err := json.Unmarshal([]byte(stdout), &list); err != nil || len(list) != 1 {
+		t.Fatalf("cron list --json: %v, %d entries:\n%s", err, len(list), stdout)
+	}
+	e := list[0]
+	listed := time.Now()
+	if e.Name != job || e.Schedule != "@every 1s" || !slices.Equal(e.Command, argv) || e.Overlap != supervisor.OverlapSkip || e.CatchUp != "1m0s" {
+		t.Errorf("cron list: job %+v, want %s, @every 1s, %q, skip, catch-up 1m0s", e.CronJobInfo, job, argv)
+	}
+	if e.Next == nil || e.Next.Nanosecond() != 0 || e.Next.Before(listed.Add(-2*time.Second)) || e.Next.After(listed.Add(time.Second)) {
+		t.Errorf("cron list: next %v, want the next whole second after %v", e.Next, listed)
+	}
+	if e.Last == nil || e.Last.Scheduled.Before(done[len(done)-1].Scheduled) {
+		t.Errorf("cron list: last %+v, want the newest firing (≥ %v)", e.Last, done[len(done)-1].Scheduled)
+	}
+	var hostPids []int
+	for _, h := range e.Hosts {
+		hostPids = append(hostPids, h.PID)
+		if h.Host != hostname {
+			t.Errorf("cron list: host %+v, want host %q", h, hostname)
+		}
+	}
+	slices.Sort(hostPids)
+	wantPids := slices.Clone(pids)
+	slices.Sort(wantPids)
+	if !slices.Equal(hostPids, wantPids) {
+		t.Errorf("cron list: hosts with pids %v, want %v", hostPids, wantPids)
+	}
+
+	// The text forms.
+	stdout, _, code, _ = cronTestExec(t, 20*time.Second, "cron", "history", job, "--servers", addr)
+	if code != 0 || !strings.Contains(stdout, "SCHEDULED") || !strings.Contains(stdout, "done") || strings.Count(stdout, "\n") < 4 {
+		t.Errorf("cron history: exit %d:\n%s", code, stdout)
+	}
+	stdout, _, code, _ = cronTestExec(t, 20*time.Second, "cron", "list", "--servers", addr)
+	if code != 0 || !strings.Contains(stdout, "JOB") || !strings.Contains(stdout, job) || !strings.Contains(stdout, "@every 1s") {
+		t.Errorf("cron list: exit %d:\n%s", code, stdout)
+	}
+	// A job nobody runs.
+	_, stderr, code, _ = cronTestExec(t, 20*time.Second, "cron", "history", "nosuchjob", "--servers", addr)
+	if code == 0 || !strings.Contains(stderr, `no cron job "nosuchjob"`) {
+		t.Errorf("cron history nosuchjob: exit %d, stderr %q; want an error naming the job", code, stderr)
+	}
+	stdout, _, code, _ = cronTestExec(t, 20*time.Second, "cron", "list", "--json", "--root", "/nothing/here", "--servers", addr)
+	if code != 0 || strings.TrimSpace(stdout) != "[]" {
+		t.Errorf("cron list --json of an empty root: exit %d, %q; want []", code, stdout)
+	}
+
+	// SIGTERM stops a cron host with exit 0.
+	for _, h := range hosts {
+		_ = h.cmd.Process.Signal(syscall.SIGTERM)
+	}
+	for _, h := range hosts {
+		if code := h.exitCode(t, 15*time.Second); code != 0 {
+			t.Errorf("%s exited %d after SIGTERM, want 0", h.name, code)
+		}
+	}
+}

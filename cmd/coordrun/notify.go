@@ -1,0 +1,100 @@
+package main
+
+import (
+	"context"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/coordrun/coordrun/ensemble"
+	"github.com/coreos/go-systemd/v22/daemon"
+)
+
+// systemd integration of `coordrun server` for Type=notify units: READY=1
+// once the member knows a leader (so units ordered After= it start against
+// a working ensemble), STOPPING=1 on shutdown, and watchdog pings while the
+// member passes its liveness check. Without NOTIFY_SOCKET (not started by
+// systemd) every message is dropped; without WATCHDOG_USEC there are no
+// pings.
+//
+// A member of a multi-member ensemble is not ready until a quorum is up,
+// so its unit's TimeoutStartSec must allow for the other members starting.
+
+// sdNotifier runs the notifications of one server process.
+type sdNotifier struct {
+	log    *slog.Logger
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+// startSdNotify begins waiting for readiness and, if systemd asks for it,
+// pinging the watchdog. Call stopping when the server begins to shut down.
+func startSdNotify(ctx context.Context, m *ensemble.Member, log *slog.Logger) *sdNotifier {
+	ctx, cancel := context.WithCancel(ctx)
+	n := &sdNotifier{log: log, cancel: cancel}
+	n.wg.Add(2)
+	go func() {
+		defer n.wg.Done()
+		n.notify("STATUS=waiting for a leader")
+		if m.WaitReady(ctx) == nil {
+			n.notify("READY=1\nSTATUS=serving clients on " + m.ClientAddr())
+		}
+	}()
+	go func() {
+		defer n.wg.Done()
+		n.watchdog(ctx, m)
+	}()
+	return n
+}
+
+// stopping ends readiness waiting and watchdog pings, then tells systemd
+// the service is stopping; no READY=1 or WATCHDOG=1 follows it.
+func (n *sdNotifier) stopping() {
+	n.cancel()
+	n.wg.Wait()
+	n.notify("STOPPING=1\nSTATUS=shutting down")
+}
+
+func (n *sdNotifier) notify(state string) {
+	if _, err := daemon.SdNotify(false, state); err != nil {
+		first, _, _ := strings.Cut(state, "\n")
+		n.log.Warn("systemd notify failed", "state", first, "err", err)
+	}
+}
+
+// watchdog sends WATCHDOG=1 every half interval while the member is live
+// (its client port answers and its state machine is not wedged). A failed
+// check skips the ping; after a whole interval without one systemd
+// restarts the service (WatchdogSec, Restart=).
+func (n *sdNotifier) watchdog(ctx context.Context, m *ensemble.Member) {
+	interval, err := daemon.SdWatchdogEnabled(false)
+	if err != nil {
+		n.log.Warn("systemd watchdog setting ignored", "err", err)
+		return
+	}
+	if interval <= 0 {
+		return
+	}
+	n.log.Info("systemd watchdog enabled", "interval", interval)
+	tick := time.NewTicker(interval / 2)
+	defer tick.Stop()
+	for {
+		cctx, cancel := context.WithTimeout(ctx, interval/4)
+		err := m.Live(cctx)
+		cancel()
+		switch {
+		case ctx.Err() != nil:
+			return
+		case err != nil:
+			n.log.Warn("liveness check failed; withholding the watchdog ping", "err", err)
+		default:
+			n.notify("WATCHDOG=1")
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+}

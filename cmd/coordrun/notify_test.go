@@ -1,0 +1,165 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+)
+
+// notifySocket is a stand-in for systemd's notify socket.
+type notifySocket struct {
+	path string
+	conn *net.UnixConn
+}
+
+func listenNotify(t *testing.T) *notifySocket {
+	t.Helper()
+	// A short directory: unix socket paths are limited to 107 bytes.
+	dir, err := os.MkdirTemp("", "sdn")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	path := filepath.Join(dir, "notify")
+	conn, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: path, Net: "unixgram"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return &notifySocket{path: path, conn: conn}
+}
+
+// next returns the next message, or ok false if none arrives before the
+// deadline.
+func (s *notifySocket) next(t *testing.T, deadline time.Time) (string, bool) {
+	t.Helper()
+	_ = s.conn.SetReadDeadline(deadline)
+	buf := make([]byte, 4096)
+	n, err := s.conn.Read(buf)
+	if err != nil {
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			return "", false
+		}
+		t.Fatalf("notify socket: %v", err)
+	}
+	return string(buf[:n]), true
+}
+
+// await reads messages until one has the line want; it returns that
+// message and those before it.
+func (s *notifySocket) await(t *testing.T, d time.Duration, want string) (string, []string) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	var seen []string
+	for {
+		msg, ok := s.next(t, deadline)
+		if !ok {
+			t.Fatalf("no %s within %v; messages: %q", want, d, seen)
+		}
+		if hasLine(msg, want) {
+			return msg, seen
+		}
+		seen = append(seen, msg)
+	}
+}
+
+func hasLine(msg, line string) bool {
+	for _, l := range strings.Split(msg, "\n") {
+		if l == line {
+			return true
+		}
+	}
+	return false
+}
+
+// TestNotifySystemd runs the server as systemd would start a Type=notify
+// unit with WatchdogSec: READY=1 once it serves, WATCHDOG=1 pings, and
+// STOPPING=1 on SIGTERM. WATCHDOG_PID stays unset (systemd sets it to the
+// service's pid, which the test learns only after the start), so the
+// server takes WATCHDOG_USEC as meant for itself. The same run checks that
+// --log-format json writes JSON lines only, raft's lines included.
+func TestNotifySystemd(t *testing.T) {
+	sock := listenNotify(t)
+	t.Setenv("NOTIFY_SOCKET", sock.path)
+	t.Setenv("WATCHDOG_USEC", "1000000") // pings every 0.5s
+	t.Setenv("WATCHDOG_PID", "")
+	client := procPorts(t, 1)[0]
+	p := procStart(t, "notify server", "server", "--dev", "--client-addr", client, "--log-format", "json")
+
+	ready, before := sock.await(t, 30*time.Second, "READY=1")
+	// Ready means serving: the client port answers at once, a leader is
+	// known, and a session works.
+	if answer, err := procFourLetter(client, "ruok"); answer != "imok" {
+		t.Fatalf("ruok right after READY=1: %q %v", answer, err)
+	}
+	if srvr, err := procFourLetter(client, "srvr"); !strings.Contains(srvr, "Mode: standalone") {
+		t.Fatalf("srvr right after READY=1: %q %v", srvr, err)
+	}
+	if !hasLine(ready, "STATUS=serving clients on "+client) {
+		t.Errorf("READY message %q lacks the serving status", ready)
+	}
+	for _, msg := range before {
+		if hasLine(msg, "STOPPING=1") {
+			t.Errorf("STOPPING=1 before READY=1: %q", before)
+		}
+	}
+	conn := procConnect(t, []string{client}, 10*time.Second)
+	if _, err := conn.Create("/notify", nil, 0, zk.WorldACL(zk.PermAll)); err != nil {
+		t.Fatalf("create after READY=1: %v", err)
+	}
+	conn.Close()
+
+	// Periodic watchdog pings: two of them.
+	for i := 0; i < 2; i++ {
+		sock.await(t, 10*time.Second, "WATCHDOG=1")
+	}
+
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	sock.await(t, 15*time.Second, "STOPPING=1")
+	if code := p.exitCode(t, 15*time.Second); code != 0 {
+		t.Fatalf("exit code %d after SIGTERM", code)
+	}
+	// The process is gone, so everything it sent is queued on the socket.
+	for {
+		msg, ok := sock.next(t, time.Now().Add(50*time.Millisecond))
+		if !ok {
+			break
+		}
+		if hasLine(msg, "READY=1") || hasLine(msg, "WATCHDOG=1") {
+			t.Errorf("%q after STOPPING=1", msg)
+		}
+	}
+
+	// Every output line is one JSON object with slog's keys; raft's own
+	// lines come through the bridge as messages.
+	out := strings.TrimRight(p.stderr.String(), "\n")
+	raftLines := 0
+	for _, line := range strings.Split(out, "\n") {
+		var rec map[string]any
+		if err := json.Unmarshal([]byte(line), &rec); err != nil {
+			t.Errorf("not a JSON line: %q (%v)", line, err)
+			continue
+		}
+		for _, k := range []string{"time", "level", "msg"} {
+			if _, ok := rec[k]; !ok {
+				t.Errorf("log line without %q: %s", k, line)
+			}
+		}
+		if msg, _ := rec["msg"].(string); strings.Contains(msg, "raft: ") {
+			raftLines++
+		}
+	}
+	if raftLines == 0 {
+		t.Errorf("no raft lines in the log:\n%s", out)
+	}
+}

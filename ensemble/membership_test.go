@@ -1,0 +1,205 @@
+package ensemble
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/coordrun/coordrun/ensemble/client"
+	"github.com/coordrun/coordrun/ensemble/wire"
+	"github.com/go-zookeeper/zk"
+)
+
+func TestMembershipAddRemoveUnderTraffic(t *testing.T) {
+	c := startCluster(t, 3, func(cfg *Config) { cfg.SnapshotThreshold = 64 })
+	conn, _ := connect(t, c.servers(), 4*time.Second)
+	// Traffic runs through the whole change.
+	stop := make(chan struct{})
+	done := make(chan int)
+	go func() {
+		n := 0
+		for {
+			select {
+			case <-stop:
+				done <- n
+				return
+			default:
+			}
+			if _, err := conn.Create(fmt.Sprintf("/m-%06d", n), []byte("v"), 0, zk.WorldACL(zk.PermAll)); err == nil {
+				n++
+			}
+		}
+	}()
+	waitFor(t, 10*time.Second, "some writes", func() bool { return c.members[0].LastZxid() > 300 })
+
+	// A fourth member starts empty with Join and is added.
+	pl, cl := listen(t), listen(t)
+	cfg := c.cfgs[0]
+	cfg.ID, cfg.DataDir, cfg.Join = "4", t.TempDir(), true
+	cfg.PeerListener, cfg.ClientListener, cfg.ClientAddr = pl, cl, cl.Addr().String()
+	cfg.Peers = append(append([]Peer(nil), c.cfgs[0].Peers...), Peer{ID: "4", Addr: pl.Addr().String()})
+	m4, err := Start(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m4.Close() })
+
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	admin, err := client.Connect(ctx, client.Config{Servers: []string{c.cfgs[1].ClientAddr}, SessionTimeout: 4 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	out, err := admin.Reconfig(ctx, "server.4="+pl.Addr().String(), "")
+	if err != nil {
+		t.Fatalf("add: %v", err)
+	}
+	if !bytes.Contains(out, []byte("server.4=")) {
+		t.Fatalf("new config lacks member 4:\n%s", out)
+	}
+	waitFor(t, 20*time.Second, "member 4 caught up", func() bool {
+		return m4.LastZxid() >= c.members[0].LastZxid()-5 && m4.LastZxid() > 300
+	})
+
+	// Remove member 3 (a follower or the leader: raft handles both).
+	if _, err := admin.Reconfig(ctx, "", "3"); err != nil {
+		t.Fatalf("remove: %v", err)
+	}
+	c.stop(2)
+	close(stop)
+	n := <-done
+	if n == 0 {
+		t.Fatal("no writes went through")
+	}
+	// Writes still commit with members 1, 2 and 4, and member 4 serves them.
+	// Removing the leader makes the others elect a new one first.
+	const p = "/after-change"
+	waitFor(t, 15*time.Second, "a write after the change", func() bool {
+		_, err := conn.Create(p, nil, 0, zk.WorldACL(zk.PermAll))
+		return err == nil || err == zk.ErrNodeExists
+	})
+	c4, _ := connect(t, []string{m4.ClientAddr()}, 4*time.Second)
+	if _, err := c4.Sync(p); err != nil {
+		t.Fatal(err)
+	}
+	kids, _, err := c4.Children("/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(kids) < n {
+		t.Fatalf("member 4 has %d root children, want at least %d", len(kids), n)
+	}
+}
+
+func TestReconfigRefusedFromElsewhereAndBadInput(t *testing.T) {
+	c := startCluster(t, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	cl, err := client.Connect(ctx, client.Config{Servers: c.servers(), SessionTimeout: 4 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	for _, tc := range []struct{ join, leave string }{
+		{"server.9", ""},
+		{"bogus=1.2.3.4:5", ""},
+		{"server.9=nohostport", ""},
+		{"", ""},
+	} {
+		if _, err := cl.Reconfig(ctx, tc.join, tc.leave); err == nil {
+			t.Errorf("reconfig(%q, %q) accepted", tc.join, tc.leave)
+		}
+	}
+	// Loopback is allowed; another address is not, unless listed.
+	m := c.members[0]
+	if !m.adminAllowed(&net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 1}) {
+		t.Error("loopback refused")
+	}
+	if m.adminAllowed(&net.TCPAddr{IP: net.IPv4(10, 1, 2, 3), Port: 1}) {
+		t.Error("10.1.2.3 allowed without --admin-from")
+	}
+}
+
+func TestSnapshotSaveRestore(t *testing.T) {
+	c := startCluster(t, 3)
+	conn, _ := connect(t, c.servers(), 4*time.Second)
+	acl := zk.DigestACL(zk.PermAll, "u", "p")
+	if _, err := conn.Create("/app", []byte("cfg"), 0, zk.WorldACL(zk.PermAll)); err != nil {
+		t.Fatal(err)
+	}
+	if err := conn.AddAuth("digest", []byte("u:p")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Create("/app/secret", []byte("s"), 0, acl); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 20; i++ {
+		if _, err := conn.Create("/app/seq-", []byte{byte(i)}, zk.FlagSequence, zk.WorldACL(zk.PermAll)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := conn.Set("/app", []byte("cfg2"), 0); err != nil {
+		t.Fatal(err)
+	}
+
+	// Stream a snapshot over the client port, as the CLI does.
+	nc, err := net.Dial("tcp", c.cfgs[1].ClientAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = nc.Write([]byte(snapshotWord))
+	var buf bytes.Buffer
+	_, _ = buf.ReadFrom(nc)
+	nc.Close()
+	zxid, saved, err := ReadBackup(bytes.NewReader(buf.Bytes()))
+	if err != nil {
+		t.Fatalf("snapshot: %v", err)
+	}
+	file := filepath.Join(t.TempDir(), "backup")
+	if err := os.WriteFile(file, buf.Bytes(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	// A new 3-member ensemble seeded from it holds the same tree, and its
+	// zxids go on rising past the backup's.
+	r := startCluster(t, 3, func(cfg *Config) { cfg.Restore = file })
+	for i, m := range r.members {
+		m.fsm.mu.RLock()
+		eq := m.fsm.tree.Equal(saved)
+		m.fsm.mu.RUnlock()
+		if !eq {
+			t.Fatalf("restored member %d differs from the saved tree", i+1)
+		}
+	}
+	rc, _ := connect(t, r.servers(), 4*time.Second)
+	data, _, err := rc.Get("/app")
+	if err != nil || string(data) != "cfg2" {
+		t.Fatalf("restored /app = %q, %v", data, err)
+	}
+	if _, _, err := rc.Get("/app/secret"); err != zk.ErrNoAuth {
+		t.Fatalf("restored ACL not enforced: %v", err)
+	}
+	p, err := rc.Create("/after", nil, 0, zk.WorldACL(zk.PermAll))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, st, _ := rc.Exists(p)
+	if st.Czxid <= zxid {
+		t.Fatalf("new write's czxid %d is not above the backup's zxid %d", st.Czxid, zxid)
+	}
+
+	// A second restore onto a used data dir is refused.
+	cfg := r.cfgs[0]
+	cfg.PeerListener, cfg.ClientListener = listen(t), listen(t)
+	r.stop(0)
+	if _, err := Start(cfg); err == nil {
+		t.Fatal("restore onto a used data dir accepted")
+	}
+	_ = wire.OK
+}

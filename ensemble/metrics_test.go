@@ -1,0 +1,307 @@
+package ensemble
+
+import (
+	"crypto/tls"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+)
+
+func withAdmin(cfg *Config) { cfg.AdminAddr = "127.0.0.1:0" }
+
+var adminHTTP = &http.Client{Timeout: 10 * time.Second}
+
+// adminGet fetches path from m's admin listener.
+func adminGet(t *testing.T, m *Member, path string) (int, string) {
+	t.Helper()
+	resp, err := adminHTTP.Get("http://" + m.AdminAddr() + path)
+	if err != nil {
+		t.Fatalf("GET %s: %v", path, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("GET %s: %v", path, err)
+	}
+	return resp.StatusCode, string(b)
+}
+
+// scrape is one parsed /metrics answer.
+type scrape map[string]*dto.MetricFamily
+
+func scrapeMetrics(t *testing.T, m *Member) scrape {
+	t.Helper()
+	code, body := adminGet(t, m, "/metrics")
+	if code != http.StatusOK {
+		t.Fatalf("GET /metrics: %d %s", code, body)
+	}
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	mf, err := p.TextToMetricFamilies(strings.NewReader(body))
+	if err != nil {
+		t.Fatalf("parsing /metrics: %v\n%s", err, body)
+	}
+	return mf
+}
+
+// value is the gauge or counter value of the sample of name whose labels
+// include labels (name=value pairs); ok is false if there is none.
+func (s scrape) value(name string, labels ...string) (float64, bool) {
+	mt := s.find(name, labels...)
+	switch {
+	case mt == nil:
+		return 0, false
+	case mt.Gauge != nil:
+		return mt.Gauge.GetValue(), true
+	case mt.Counter != nil:
+		return mt.Counter.GetValue(), true
+	}
+	return 0, false
+}
+
+// count is the sample count of a histogram.
+func (s scrape) count(name string, labels ...string) uint64 {
+	if mt := s.find(name, labels...); mt != nil && mt.Histogram != nil {
+		return mt.Histogram.GetSampleCount()
+	}
+	return 0
+}
+
+func (s scrape) find(name string, labels ...string) *dto.Metric {
+	mf := s[name]
+	if mf == nil {
+		return nil
+	}
+next:
+	for _, mt := range mf.Metric {
+		for i := 0; i+1 < len(labels); i += 2 {
+			found := false
+			for _, lp := range mt.Label {
+				if lp.GetName() == labels[i] && lp.GetValue() == labels[i+1] {
+					found = true
+				}
+			}
+			if !found {
+				continue next
+			}
+		}
+		return mt
+	}
+	return nil
+}
+
+// TestMetrics does go-zookeeper operations on a member and finds them in
+// its /metrics.
+func TestMetrics(t *testing.T) {
+	c := startCluster(t, 1, withAdmin)
+	m := c.members[0]
+	if m.AdminAddr() == "" {
+		t.Fatal("no admin address")
+	}
+	conn, _ := connect(t, c.servers(), 5*time.Second)
+
+	const created = 5
+	if _, err := conn.Create("/m", nil, 0, zk.WorldACL(zk.PermAll)); err != nil {
+		t.Fatal(err)
+	}
+	for i := 1; i < created; i++ {
+		if _, err := conn.Create(fmt.Sprintf("/m/n%d", i), []byte("x"), 0, zk.WorldACL(zk.PermAll)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := conn.Create("/m/eph", nil, zk.FlagEphemeral, zk.WorldACL(zk.PermAll)); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := conn.Get("/m/n1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Set("/m/n1", []byte("y"), -1); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := conn.Children("/m"); err != nil {
+		t.Fatal(err)
+	}
+	if err := conn.Delete("/m/n2", -1); err != nil {
+		t.Fatal(err)
+	}
+	_, _, ev, err := conn.ExistsW("/m/later")
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// The watch is registered; then it fires.
+	waitFor(t, 10*time.Second, "a registered watch in /metrics", func() bool {
+		v, _ := scrapeMetrics(t, m).value("coordrun_watches")
+		return v >= 1
+	})
+	if _, err := conn.Create("/m/later", nil, 0, zk.WorldACL(zk.PermAll)); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-ev:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no watch event")
+	}
+
+	// Replies reach the client just before the sequencer records them, so
+	// the last ops may need a moment to show.
+	wantOps := map[string]uint64{"create": created + 2, "getData": 1, "setData": 1, "getChildren2": 1, "delete": 1, "exists": 1}
+	var s scrape
+	var problems []string
+	waitFor(t, 10*time.Second, "the metrics to reflect the ops", func() bool {
+		s = scrapeMetrics(t, m)
+		problems = nil
+		check := func(ok bool, format string, args ...any) {
+			if !ok {
+				problems = append(problems, fmt.Sprintf(format, args...))
+			}
+		}
+		for op, n := range wantOps {
+			got := s.count("coordrun_request_duration_seconds", "op", op)
+			check(got >= n, "latency histogram op=%s: %d samples, want >= %d", op, got, n)
+		}
+		atLeast := func(name string, want float64, labels ...string) {
+			v, ok := s.value(name, labels...)
+			check(ok && v >= want, "%s%v = %v (present %v), want >= %v", name, labels, v, ok, want)
+		}
+		atLeast("coordrun_znodes", created+1) // /m/later; /m/eph; minus /m/n2; plus /zookeeper...
+		atLeast("coordrun_ephemerals", 1)
+		atLeast("coordrun_sessions", 1)
+		atLeast("coordrun_client_connections", 1)
+		atLeast("coordrun_raft_term", 1)
+		atLeast("coordrun_raft_commit_index", 1)
+		atLeast("coordrun_raft_applied_index", 1)
+		atLeast("coordrun_last_zxid", float64(created+4))
+		atLeast("coordrun_raft_state", 1, "state", "leader")
+		atLeast("coordrun_client_received_bytes_total", 100)
+		atLeast("coordrun_client_sent_bytes_total", 100)
+		atLeast("coordrun_watch_notifications_total", 1)
+		atLeast("coordrun_member_info", 1, "id", "1")
+		v, _ := s.value("coordrun_raft_state", "state", "follower")
+		check(v == 0, "raft_state follower = %v on the leader", v)
+		check(s.count("coordrun_raft_log_store_duration_seconds") >= 1, "no raft log store timings")
+		out, ok := s.value("coordrun_outstanding_requests")
+		check(ok && out == 0, "outstanding requests %v (present %v) when idle", out, ok)
+		return len(problems) == 0
+	})
+	if n := s.count("coordrun_request_duration_seconds", "op", "unknown"); n != 0 {
+		t.Errorf("%d requests counted as op=unknown", n)
+	}
+
+	if code, body := adminGet(t, m, "/healthz"); code != http.StatusOK || body != "ok\n" {
+		t.Errorf("/healthz: %d %q", code, body)
+	}
+	if code, body := adminGet(t, m, "/readyz"); code != http.StatusOK || body != "ok\n" {
+		t.Errorf("/readyz: %d %q", code, body)
+	}
+	if code, _ := adminGet(t, m, "/nope"); code != http.StatusNotFound {
+		t.Errorf("/nope: %d, want 404", code)
+	}
+
+	// Close stops the admin listener.
+	addr := m.AdminAddr()
+	c.stop(0)
+	if resp, err := adminHTTP.Get("http://" + addr + "/healthz"); err == nil {
+		resp.Body.Close()
+		t.Errorf("admin listener still answers after Close: %d", resp.StatusCode)
+	}
+}
+
+// TestAdminOffByDefault: no AdminAddr, no listener; the registry is still
+// there for programs that embed a member.
+func TestAdminOffByDefault(t *testing.T) {
+	c := startCluster(t, 1)
+	m := c.members[0]
+	if a := m.AdminAddr(); a != "" {
+		t.Fatalf("AdminAddr() = %q without Config.AdminAddr", a)
+	}
+	mfs, err := m.Metrics().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, mf := range mfs {
+		found = found || mf.GetName() == "coordrun_raft_term"
+	}
+	if !found {
+		t.Fatal("coordrun_raft_term missing from Metrics()")
+	}
+}
+
+// TestAdminHealthLostQuorum: every member of a 3-member ensemble is ready;
+// the one left after two stop turns not ready (503 with a reason) but
+// stays healthy: the process still serves.
+func TestAdminHealthLostQuorum(t *testing.T) {
+	c := startCluster(t, 3, withAdmin)
+	for i, m := range c.members {
+		waitFor(t, 10*time.Second, fmt.Sprintf("member %d ready", i+1), func() bool {
+			code, _ := adminGet(t, m, "/readyz")
+			return code == http.StatusOK
+		})
+	}
+	// Keep the leader: it must notice on its own that it lost the quorum.
+	keep := c.leaderIndex()
+	if keep < 0 {
+		t.Fatal("no leader")
+	}
+	for i := range c.members {
+		if i != keep {
+			c.stop(i)
+		}
+	}
+	m := c.members[keep]
+	var code int
+	var body string
+	waitFor(t, 15*time.Second, "/readyz 503 on the member without quorum", func() bool {
+		code, body = adminGet(t, m, "/readyz")
+		return code == http.StatusServiceUnavailable
+	})
+	if strings.Count(body, "\n") != 1 || !strings.HasSuffix(body, "\n") || len(body) < 5 {
+		t.Errorf("/readyz 503 body %q: want a one-line reason", body)
+	}
+	t.Logf("/readyz: %d %s", code, strings.TrimSpace(body))
+	if code, body := adminGet(t, m, "/healthz"); code != http.StatusOK {
+		t.Errorf("/healthz without quorum: %d %q, want 200", code, body)
+	}
+	s := scrapeMetrics(t, m)
+	if v, _ := s.value("coordrun_raft_state", "state", "leader"); v != 0 {
+		t.Errorf("raft_state leader = %v after losing the quorum", v)
+	}
+}
+
+// TestAdminHealthTLSClientPort: with client certificates required on the
+// client port the liveness check cannot ask ruok; it must still pass, and
+// must not knock on the port in plaintext (which logs a warning each time).
+func TestAdminHealthTLSClientPort(t *testing.T) {
+	ca := newTestCA(t, "coordrun test client-port CA")
+	logs := &logBuffer{}
+	c := startCluster(t, 1, withAdmin, func(cfg *Config) {
+		cfg.ClientTLS = &tls.Config{
+			Certificates: []tls.Certificate{ca.issue(t, "member "+cfg.ID)},
+			ClientCAs:    ca.pool,
+		}
+		cfg.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	})
+	m := c.members[0]
+	for i := 0; i < 3; i++ {
+		if code, body := adminGet(t, m, "/healthz"); code != http.StatusOK {
+			t.Fatalf("/healthz with a TLS client port: %d %q", code, body)
+		}
+	}
+	if code, body := adminGet(t, m, "/readyz"); code != http.StatusOK {
+		t.Fatalf("/readyz with a TLS client port: %d %q", code, body)
+	}
+	if logs.has("TLS") {
+		logs.mu.Lock()
+		defer logs.mu.Unlock()
+		t.Fatalf("the health check touched the TLS client port:\n%s", logs.b.String())
+	}
+}
