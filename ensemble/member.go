@@ -28,6 +28,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+	"go.etcd.io/bbolt"
 )
 
 // Errors a member returns to its callers.
@@ -156,7 +157,15 @@ func (m *Member) startRaft() error {
 		Timeout: 5 * time.Second,
 		Logger:  hlog,
 	})
-	store, err := raftboltdb.New(raftboltdb.Options{Path: filepath.Join(cfg.DataDir, "raft.db")})
+	// bbolt locks its file; without a timeout a second member pointed at
+	// the same data dir would wait for that lock forever.
+	store, err := raftboltdb.New(raftboltdb.Options{
+		Path:        filepath.Join(cfg.DataDir, "raft.db"),
+		BoltOptions: &bbolt.Options{Timeout: 2 * time.Second},
+	})
+	if errors.Is(err, bbolt.ErrTimeout) {
+		return fmt.Errorf("%w: data dir %s is in use by another process", ErrConfig, cfg.DataDir)
+	}
 	if err != nil {
 		return fmt.Errorf("raft store: %w", err)
 	}
@@ -189,10 +198,10 @@ func (m *Member) startRaft() error {
 	}
 	switch {
 	case existing && cfg.Restore != "":
-		return fmt.Errorf("--restore needs an empty data dir; %s holds a member's state already", cfg.DataDir)
+		return fmt.Errorf("%w: --restore needs an empty data dir; %s holds a member's state already", ErrConfig, cfg.DataDir)
 	case !existing && cfg.Restore != "":
 		if err := seedFromBackup(cfg.Restore, snaps, m.trans, cfg.Peers); err != nil {
-			return fmt.Errorf("restore %s: %w", cfg.Restore, err)
+			return fmt.Errorf("%w: restore %s: %w", ErrConfig, cfg.Restore, err)
 		}
 	case !existing && !cfg.Join:
 		var servers []raft.Server
