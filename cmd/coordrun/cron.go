@@ -209,7 +209,10 @@ func checkJobKeys(n *yaml.Node) error {
 	return nil
 }
 
-func cronClient(cmd *cobra.Command, v interface {
+// connectFor opens a short session for an inspecting or administrative
+// command, from its --servers, --timeout and TLS flags. The context bounds
+// the whole command; cancel it and close the client when done.
+func connectFor(cmd *cobra.Command, v interface {
 	GetString(string) string
 	GetDuration(string) time.Duration
 }) (*client.Client, context.Context, context.CancelFunc, error) {
@@ -249,7 +252,7 @@ func newCronHistoryCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			c, ctx, cancel, err := cronClient(cmd, v)
+			c, ctx, cancel, err := connectFor(cmd, v)
 			if err != nil {
 				return err
 			}
@@ -306,7 +309,7 @@ func newCronListCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			c, ctx, cancel, err := cronClient(cmd, v)
+			c, ctx, cancel, err := connectFor(cmd, v)
 			if err != nil {
 				return err
 			}

@@ -3,7 +3,6 @@ package main
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -14,7 +13,6 @@ import (
 	"time"
 
 	"github.com/coordrun/coordrun/ensemble"
-	"github.com/coordrun/coordrun/ensemble/client"
 	"github.com/spf13/cobra"
 )
 
@@ -66,20 +64,11 @@ func reconfig(cmd *cobra.Command, joining, leaving string) error {
 	if err != nil {
 		return err
 	}
-	servers := splitServers(v.GetString("servers"))
-	if len(servers) == 0 {
-		return usageError{errors.New("--servers is empty")}
-	}
-	tc, err := clientTLS(v)
+	c, ctx, cancel, err := connectFor(cmd, v)
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(cmd.Context(), v.GetDuration("timeout"))
 	defer cancel()
-	c, err := client.Connect(ctx, client.Config{Servers: servers, SessionTimeout: 10 * time.Second, TLS: tc})
-	if err != nil {
-		return usageError{fmt.Errorf("connect to %s: %w", v.GetString("servers"), err)}
-	}
 	defer c.Close()
 	cfg, err := c.Reconfig(ctx, joining, leaving)
 	if err != nil {

@@ -1,15 +1,12 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"text/tabwriter"
 	"time"
 
-	"github.com/coordrun/coordrun/ensemble/client"
 	"github.com/coordrun/coordrun/supervisor"
 	"github.com/spf13/cobra"
 )
@@ -23,20 +20,11 @@ func newStatusCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			servers := splitServers(v.GetString("servers"))
-			if len(servers) == 0 {
-				return usageError{errors.New("--servers is empty")}
-			}
-			tlsCfg, err := clientTLS(v)
+			c, ctx, cancel, err := connectFor(cmd, v)
 			if err != nil {
 				return err
 			}
-			ctx, cancel := context.WithTimeout(cmd.Context(), v.GetDuration("timeout"))
 			defer cancel()
-			c, err := client.Connect(ctx, client.Config{Servers: servers, SessionTimeout: 10 * time.Second, TLS: tlsCfg})
-			if err != nil {
-				return usageError{fmt.Errorf("connect to %s: %w", v.GetString("servers"), err)}
-			}
 			defer c.Close()
 			locks, err := supervisor.Inspect(ctx, c, v.GetString("root"), args)
 			if err != nil {
