@@ -378,7 +378,7 @@ func pkgDpkg(t *testing.T, dpkg string, args ...string) {
 			t.Fatalf("dpkg %s: %v\n%s", strings.Join(args, " "), err, out)
 		}
 		t.Logf("dpkg %s: waiting for dpkg's lock: %s", strings.Join(args, " "), strings.TrimSpace(string(out)))
-		time.Sleep(time.Second)
+		<-time.After(time.Second) // poll for the lock, bounded by deadline
 	}
 }
 
