@@ -841,7 +841,9 @@ func (e *lockEnv) status(ctx context.Context, s *system, name string) (lockStatu
 // runCrash kills the holding supervisor of a 2-supervisor lock and
 // returns the time from the kill to the other's job starting.
 func runCrash(ctx context.Context, e *lockEnv, s *system, name string, timeout time.Duration) (time.Duration, error) {
-	argv := e.runArgv(s, name, "--session-timeout", timeout.String(), "--kill-grace", "500ms")
+	argv := e.runArgv(s, name, "--session-timeout", timeout.String(), "--kill-grace", "500ms",
+		// Short timeouts leave no room for the default 2s ZooKeeper margin.
+		"--zookeeper-margin", "500ms")
 	argv = append(argv, "hold")
 	var procs []*proc
 	defer func() {
