@@ -8,8 +8,8 @@ package ensemble
 // members, so follower forwarding, liveness relaying and cross-member
 // watch ordering are exercised.
 //
-// Expected behaviour follows Apache ZooKeeper 3.8 (see /work/notes/zkfacts.md
-// and the 3.8 sources): e.g. the client-visible cversion is
+// Expected behaviour follows Apache ZooKeeper 3.8 (checked against its
+// sources and a real 3.8 server): e.g. the client-visible cversion is
 // 2*creates-numChildren (DataNode.copyStat), so deleting a child raises it,
 // and a container's ephemeralOwner reads as 0.
 

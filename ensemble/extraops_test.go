@@ -7,7 +7,7 @@ package ensemble
 // against a 1- and a 3-member ensemble; in the 3-member one the watching
 // client and the writer sit on different members.
 //
-// Expected behaviour is ZooKeeper 3.8's (see /work/notes/zkfacts.md).
+// Expected behaviour is ZooKeeper 3.8's (checked against ZooKeeper's sources and a real 3.8 server).
 // TestExtraOpsReference runs the same cases against a real ZooKeeper
 // (COORDRUN_REFERENCE_ZK=host:port), which is how the expectations were
 // checked; the deliberate deviations from 3.8.0 are noted at the cases.
