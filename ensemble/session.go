@@ -215,7 +215,11 @@ func (r *livenessRelay) run(ctx context.Context, retry time.Duration) {
 		}
 		for {
 			r.mu.Lock()
-			ids := carry
+			// A failed batch's sessions go out again, once each.
+			for _, id := range carry {
+				r.pending[id] = struct{}{}
+			}
+			ids := make([]int64, 0, len(r.pending))
 			for id := range r.pending {
 				ids = append(ids, id)
 			}
