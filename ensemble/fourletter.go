@@ -2,7 +2,6 @@ package ensemble
 
 import (
 	"context"
-	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -277,5 +276,3 @@ func (m *Member) EnsembleStatus(ctx context.Context) Status {
 	}
 	return st
 }
-
-var _ = binary.BigEndian

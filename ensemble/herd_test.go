@@ -1,7 +1,6 @@
 package ensemble
 
 import (
-	"fmt"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -73,5 +72,4 @@ func TestNoLostWakeUpsOnFollowers(t *testing.T) {
 	if n := lost.Load(); n > 0 {
 		t.Fatalf("%d wake-ups lost", n)
 	}
-	_ = fmt.Sprint()
 }

@@ -619,6 +619,9 @@ func (m *Member) servePeer(c net.Conn) {
 					err = m.changeMembers(ctx, ch)
 					cancel()
 				}
+				if errors.Is(err, errBadChange) {
+					return rpcBadChange, []byte(err.Error())
+				}
 				if err != nil {
 					return rpcError, []byte(err.Error())
 				}

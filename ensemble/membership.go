@@ -115,10 +115,12 @@ func (m *Member) changeMembers(ctx context.Context, ch memberChange) error {
 		}
 		e.Strings(ch.remove)
 		kind, payload, err := rc.call(ctx, rpcReconfig, e.Bytes())
-		if err != nil {
+		switch {
+		case err != nil:
 			return fmt.Errorf("%w: %v", ErrNoLeader, err)
-		}
-		if kind != rpcReconfig {
+		case kind == rpcBadChange:
+			return fmt.Errorf("%w: %s", errBadChange, payload)
+		case kind != rpcReconfig:
 			return errors.New(rpcErrorText(kind, payload))
 		}
 		return nil
@@ -209,7 +211,7 @@ func (c *conn) reconfigSlot(xid int32, d *wire.Decoder) (slot, error) {
 		if err := m.changeMembers(ctx, ch); err != nil {
 			m.log.Warn("reconfig failed", "remote", c.remote, "err", err)
 			code := wire.ErrNewConfigNoQuorum
-			if errors.Is(err, errBadChange) || strings.Contains(err.Error(), errBadChange.Error()) {
+			if errors.Is(err, errBadChange) {
 				code = wire.ErrBadArguments
 			}
 			return errorReply(xid, zxid, code)

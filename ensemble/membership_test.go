@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/coordrun/coordrun/ensemble/client"
-	"github.com/coordrun/coordrun/ensemble/wire"
 	"github.com/go-zookeeper/zk"
 )
 
@@ -201,5 +200,4 @@ func TestSnapshotSaveRestore(t *testing.T) {
 	if _, err := Start(cfg); err == nil {
 		t.Fatal("restore onto a used data dir accepted")
 	}
-	_ = wire.OK
 }

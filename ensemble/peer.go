@@ -129,6 +129,7 @@ const (
 	rpcReadIndex byte = 3 // → index the caller must apply before answering sync
 	rpcStatus    byte = 4 // → JSON status of the member
 	rpcReconfig  byte = 5 // member change → done (leader only)
+	rpcBadChange byte = 6 // reply: the member change names a non-member
 	rpcError     byte = 255
 )
 
