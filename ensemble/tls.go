@@ -76,16 +76,22 @@ func clientListener(ln net.Listener, base *tls.Config, log *slog.Logger) net.Lis
 	return &tlsListener{Listener: ln, cfg: clientTLSConfig(base), log: log, port: "client"}
 }
 
-// peerTLS is a member's two sides of peer mutual TLS. A nil *peerTLS means
-// plaintext; its methods then dial and listen in the clear.
+// peerTLS is a member's two sides of the peer port: mutual TLS when its
+// configs are set, plaintext when they are nil (or the *peerTLS itself is).
 type peerTLS struct {
 	accept *tls.Config // requires and verifies a certificate of the peer CA
 	dial   *tls.Config // verifies the peer against the CA, presents ours
+	// local is the IP the member's peer port listens on, when that is a
+	// concrete address. Dials to other members leave from it: on a
+	// multi-homed host peer traffic then comes from the peer address (the
+	// one firewalls and the other members expect), and the source of a
+	// member connection tells which member opened it.
+	local net.IP
 }
 
 func newPeerTLS(base *tls.Config) *peerTLS {
 	if base == nil {
-		return nil
+		return &peerTLS{}
 	}
 	p := &peerTLS{accept: base.Clone(), dial: base.Clone()}
 	p.accept.ClientAuth = tls.RequireAndVerifyClientCert
@@ -101,9 +107,16 @@ func newPeerTLS(base *tls.Config) *peerTLS {
 	return p
 }
 
-// listener wraps the raw peer listener, before connections are routed.
+// listener wraps the raw peer listener, before connections are routed, and
+// notes the address it listens on for the dialing side.
 func (p *peerTLS) listener(ln net.Listener, log *slog.Logger) net.Listener {
 	if p == nil {
+		return ln
+	}
+	if a, ok := ln.Addr().(*net.TCPAddr); ok && !a.IP.IsUnspecified() {
+		p.local = a.IP
+	}
+	if p.accept == nil {
 		return ln
 	}
 	return &tlsListener{Listener: ln, cfg: p.accept, log: log, port: "peer"}
@@ -115,7 +128,10 @@ func (p *peerTLS) listener(ln net.Listener, log *slog.Logger) net.Listener {
 // configuration names one.
 func (p *peerTLS) dialTimeout(addr string, timeout time.Duration) (net.Conn, error) {
 	nd := &net.Dialer{Timeout: timeout}
-	if p == nil {
+	if p != nil && p.local != nil {
+		nd.LocalAddr = &net.TCPAddr{IP: p.local}
+	}
+	if p == nil || p.dial == nil {
 		return nd.Dial("tcp", addr)
 	}
 	d := tls.Dialer{NetDialer: nd, Config: p.dial}
