@@ -1,0 +1,634 @@
+package supervisor_test
+
+// Helpers of the chaos test in chaos_test.go: the job that writes to a
+// fenced store, a cluster of real `coordrun server` processes, the
+// supervisor hosts that contend for the lock, and the checker that reads
+// the records afterwards. They build on the e2e helpers (rig, proc,
+// dropProxy, waitUntil, pidsWithEnv, ...).
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"math/rand"
+	"net"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/coordrun/coordrun/fencing"
+	"github.com/coordrun/coordrun/supervisor"
+)
+
+// chaosJobArg as the first argument turns this test binary into the chaos
+// job. TestMain knows only childArg, so the switch happens in init, which
+// runs before it.
+const chaosJobArg = "__chaos_job"
+
+// chaosHostVar names the supervisor incarnation ("h2.7": host 2, 7th
+// start) in the environment of the supervisor, its watchdog and its job:
+// the job records it, and a freeze finds every process of that holder by it.
+const chaosHostVar = "COORDRUN_CHAOS_HOST"
+
+func init() {
+	if len(os.Args) > 1 && os.Args[1] == chaosJobArg {
+		os.Exit(chaosJobMain(os.Args[2:]))
+	}
+}
+
+// Files in a chaos run's records directory.
+const (
+	chaosRunsLog  = "runs.log"    // the jobs' start, sig, end, refused and error lines
+	chaosStore    = "store.data"  // the fenced store: accepted writes, in acceptance order
+	chaosFence    = "store.fence" // the store's fencing.Guard state
+	chaosPin      = "pin"         // present: the next job to start claims it and runs until stopped
+	chaosFaultLog = "faults.log"  // what the test did, when
+)
+
+// chaosWritePeriod is how often a running job writes to the store. A job's
+// run interval is known to within this much of its death, since its acts
+// are what the overlap check sees.
+const chaosWritePeriod = 5 * time.Millisecond
+
+// chaosJobMain is the job. Lines it appends (one write(2) each, O_APPEND),
+// all times on CLOCK_BOOTTIME, which every process on the host shares:
+//
+//	runs.log:   start   <token> <host> <pid> <ns> <pinned> <stubborn>
+//	            sig     <token> <host> <pid> <ns> TERM
+//	            end     <token> <host> <pid> <ns> exit|term
+//	            refused <token> <host> <pid> <ns> <high-water>
+//	            error   <token> <host> <pid> <ns> <message>
+//	store.data: w       <token> <host> <pid> <ns> <seq>
+//
+// Every chaosWritePeriod it writes one line to the store through a
+// fencing.Guard (inside Guard.Do, so the store's line order is the order
+// in which the guard accepted the writes). A stale token ends it with 77,
+// as examples/fenced-store does. It runs for -hold, or, when it claims the
+// pin file, until it is killed. SIGTERM ends it unless -stubborn, which
+// leaves SIGKILL to the watchdog.
+func chaosJobMain(args []string) int {
+	fs := flag.NewFlagSet(chaosJobArg, flag.ContinueOnError)
+	dir := fs.String("dir", "", "")
+	hold := fs.Duration("hold", time.Second, "")
+	stubborn := fs.Bool("stubborn", false, "")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	token, err := fencing.FromEnv()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "chaos job:", err)
+		return 2
+	}
+	lock := os.Getenv(fencing.EnvLock)
+	host := os.Getenv(chaosHostVar)
+	if host == "" {
+		host = "-"
+	}
+	runs, err := os.OpenFile(filepath.Join(*dir, chaosRunsLog), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "chaos job:", err)
+		return 2
+	}
+	store, err := os.OpenFile(filepath.Join(*dir, chaosStore), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "chaos job:", err)
+		return 2
+	}
+	pid := os.Getpid()
+	line := func(f *os.File, kind string, extra any) {
+		_, _ = fmt.Fprintf(f, "%s %d %s %d %d %v\n", kind, token, host, pid, supervisor.BoottimeNow(), extra)
+	}
+	guard, err := fencing.OpenGuard(filepath.Join(*dir, chaosFence))
+	if err != nil {
+		line(runs, "error", strings.ReplaceAll(err.Error(), "\n", " "))
+		return 2
+	}
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGTERM)
+	// Exactly one job can rename the pin away.
+	pinned := os.Rename(filepath.Join(*dir, chaosPin), filepath.Join(*dir, fmt.Sprintf("%s.%d", chaosPin, pid))) == nil
+	line(runs, "start", fmt.Sprintf("%d %d", b2i(pinned), b2i(*stubborn)))
+	var holdC <-chan time.Time
+	if !pinned {
+		holdC = time.After(*hold)
+	}
+	tick := time.NewTicker(chaosWritePeriod)
+	defer tick.Stop()
+	for seq := 1; ; seq++ {
+		err := guard.Do(lock, token, func() error {
+			line(store, "w", seq)
+			return nil
+		})
+		var stale *fencing.StaleTokenError
+		if errors.As(err, &stale) {
+			line(runs, "refused", stale.HighWater)
+			return 77
+		}
+		if err != nil {
+			line(runs, "error", strings.ReplaceAll(err.Error(), "\n", " "))
+			return 2
+		}
+		select {
+		case <-tick.C:
+		case <-sigs:
+			line(runs, "sig", "TERM")
+			if !*stubborn {
+				line(runs, "end", "term")
+				return 143
+			}
+		case <-holdC:
+			line(runs, "end", "exit")
+			return 0
+		}
+	}
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// --- records ----------------------------------------------------------------
+
+// chaosRec is one line of runs.log or store.data.
+type chaosRec struct {
+	kind  string
+	token int64
+	host  string
+	pid   int
+	at    supervisor.Boottime
+	extra []string
+}
+
+func (x chaosRec) String() string {
+	return fmt.Sprintf("%s %d %s %d %d %s", x.kind, x.token, x.host, x.pid, x.at, strings.Join(x.extra, " "))
+}
+
+// readChaosRecs parses a records file; a torn last line (a job killed
+// mid-write cannot tear an O_APPEND write, but a reader can race one) is
+// skipped.
+func readChaosRecs(path string) []chaosRec {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil
+	}
+	var out []chaosRec
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		if len(f) < 5 {
+			continue
+		}
+		tok, err1 := strconv.ParseInt(f[1], 10, 64)
+		pid, err2 := strconv.Atoi(f[3])
+		at, err3 := strconv.ParseInt(f[4], 10, 64)
+		if err1 != nil || err2 != nil || err3 != nil {
+			continue
+		}
+		out = append(out, chaosRec{kind: f[0], token: tok, host: f[2], pid: pid, at: supervisor.Boottime(at), extra: f[5:]})
+	}
+	return out
+}
+
+// chaosFreeze is the span in which a holder was frozen whole: acts before
+// stopped happened before the freeze, acts after resumed after it.
+type chaosFreeze struct {
+	stopped, resumed supervisor.Boottime
+}
+
+// chaosRun is one holder's run of the job, as its records tell it.
+type chaosRun struct {
+	token      int64
+	host       string
+	pid        int
+	start, end supervisor.Boottime // first act and last act (before a freeze, if frozen)
+	pinned     bool
+	frozen     bool
+	writes     int // accepted
+	lateWrites int // accepted after the thaw of a freeze
+	refused    int
+	how        string // how it ended by its own account; "" if killed
+}
+
+// chaosReport is what the checker found.
+type chaosReport struct {
+	runs       []*chaosRun // by start
+	accepted   int
+	refused    int
+	lateWrites int
+	highWater  int64
+	violations []string
+}
+
+// checkChaos reads the records in dir and checks the invariants:
+//
+//	(a) run intervals never overlap, a frozen holder's counted only up to
+//	    its freeze;
+//	(b) the store accepted tokens in non-decreasing order, so no write of a
+//	    holder was accepted after a newer holder's; a refusal happens only
+//	    to a holder that was frozen (anyone else refused was still running
+//	    beside a newer holder);
+//	(c) successive holders' tokens strictly increase.
+func checkChaos(dir string, frozen map[int64]chaosFreeze, guard *fencing.Guard, lock string) chaosReport {
+	var rep chaosReport
+	bad := func(format string, args ...any) { rep.violations = append(rep.violations, fmt.Sprintf(format, args...)) }
+	byToken := map[int64]*chaosRun{}
+	act := func(r *chaosRun, at supervisor.Boottime) {
+		if f, ok := frozen[r.token]; ok && at >= f.stopped {
+			return
+		}
+		if at > r.end {
+			r.end = at
+		}
+	}
+	lines := readChaosRecs(filepath.Join(dir, chaosRunsLog))
+	for _, x := range lines {
+		if x.kind != "start" {
+			continue
+		}
+		if prev, dup := byToken[x.token]; dup {
+			bad("(c) token %d started twice: %s (pid %d) and %s (pid %d)", x.token, prev.host, prev.pid, x.host, x.pid)
+			continue
+		}
+		_, fr := frozen[x.token]
+		r := &chaosRun{token: x.token, host: x.host, pid: x.pid, start: x.at, end: x.at, frozen: fr,
+			pinned: len(x.extra) > 0 && x.extra[0] == "1"}
+		byToken[x.token] = r
+		rep.runs = append(rep.runs, r)
+	}
+	for _, x := range lines {
+		r := byToken[x.token]
+		if r == nil {
+			bad("a %q record of token %d (%s) without a start", x.kind, x.token, x.host)
+			continue
+		}
+		act(r, x.at)
+		switch x.kind {
+		case "end":
+			r.how = strings.Join(x.extra, " ")
+		case "error":
+			bad("the job of token %d (%s) failed: %s", x.token, x.host, strings.Join(x.extra, " "))
+		case "refused":
+			r.refused++
+			rep.refused++
+			hw, _ := strconv.ParseInt(strings.Join(x.extra, ""), 10, 64)
+			if hw <= x.token {
+				bad("(b) token %d refused against high-water %d, which is not higher", x.token, hw)
+			}
+			if !r.frozen {
+				bad("(b) token %d (%s) was refused at %d while its holder was never frozen: it ran on after a newer holder (%d) wrote",
+					x.token, x.host, x.at, hw)
+			}
+		}
+	}
+	var mark int64 = -1
+	for i, x := range readChaosRecs(filepath.Join(dir, chaosStore)) {
+		rep.accepted++
+		if x.token < mark {
+			bad("(b) store line %d: a write with token %d (%s) was accepted after one with token %d", i+1, x.token, x.host, mark)
+		} else {
+			mark = x.token
+		}
+		r := byToken[x.token]
+		if r == nil {
+			bad("(b) store line %d: token %d (%s) has no start record", i+1, x.token, x.host)
+			continue
+		}
+		r.writes++
+		if f, ok := frozen[x.token]; ok && x.at >= f.stopped {
+			r.lateWrites++
+			rep.lateWrites++
+		}
+		act(r, x.at)
+	}
+	rep.highWater = mark
+	if hw, ok, err := guard.HighWater(lock); err != nil {
+		bad("reading the guard's state: %v", err)
+	} else if mark >= 0 && (!ok || int64(hw) != mark) {
+		bad("(b) the guard's high-water mark is %d (set: %v), the highest accepted token %d", hw, ok, mark)
+	}
+
+	sort.Slice(rep.runs, func(i, j int) bool { return rep.runs[i].start < rep.runs[j].start })
+	var last *chaosRun // the run with the latest end so far
+	for i, r := range rep.runs {
+		if last != nil && r.start <= last.end {
+			bad("(a) overlap: %s token %d ran [%d, %d] and %s token %d started at %d, %v before the other's last act",
+				last.host, last.token, last.start, last.end, r.host, r.token, r.start, time.Duration(last.end-r.start))
+		}
+		if i > 0 && r.token <= rep.runs[i-1].token {
+			p := rep.runs[i-1]
+			bad("(c) token %d (%s, started %d) follows token %d (%s, started %d)", r.token, r.host, r.start, p.token, p.host, p.start)
+		}
+		if last == nil || r.end > last.end {
+			last = r
+		}
+	}
+	for tok := range frozen {
+		r := byToken[tok]
+		if r == nil {
+			bad("frozen token %d has no run", tok)
+		} else if r.refused == 0 {
+			bad("(b) the frozen holder of token %d was never refused after its thaw", tok)
+		}
+	}
+	return rep
+}
+
+// --- the ensemble -----------------------------------------------------------
+
+// chaosMembers is the ensemble under the supervisors, whose members the
+// test kills, restarts and pauses. Indices are 0-based.
+type chaosMembers interface {
+	Servers() string
+	Leader(ctx context.Context) (int, error)
+	Kill(i int) error
+	Restart(i int) error
+	Pause(i int) error
+	Resume(i int) error
+	WaitHealthy(ctx context.Context) error
+	Close() error
+}
+
+// memberProcs is an ensemble of real `coordrun server` processes on
+// loopback, started through the rig so that its cleanup kills them too.
+type memberProcs struct {
+	r     *rig
+	dir   string // data dirs and logs
+	addrs []string
+	argv  [][]string
+
+	mu     sync.Mutex
+	procs  []*proc
+	paused []bool
+	starts []int
+}
+
+// freeAddrs reserves n loopback ports by listening and closing: another
+// process may grab one in between, which would fail the member's start.
+func freeAddrs(n int) ([]string, error) {
+	var out []string
+	var lns []net.Listener
+	defer func() {
+		for _, l := range lns {
+			l.Close()
+		}
+	}()
+	for i := 0; i < n; i++ {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		lns = append(lns, l)
+		out = append(out, l.Addr().String())
+	}
+	return out, nil
+}
+
+// startMemberProcs starts n members with data under dir and waits until
+// the ensemble is healthy. The servers grant sessions down to 500ms, so
+// the supervisors get the short timeout they ask for.
+func startMemberProcs(ctx context.Context, r *rig, dir string, n int) (*memberProcs, error) {
+	addrs, err := freeAddrs(2 * n)
+	if err != nil {
+		return nil, err
+	}
+	var peers []string
+	for i := 0; i < n; i++ {
+		peers = append(peers, fmt.Sprintf("%d=%s", i+1, addrs[n+i]))
+	}
+	m := &memberProcs{r: r, dir: dir, addrs: addrs[:n], procs: make([]*proc, n), paused: make([]bool, n), starts: make([]int, n)}
+	for i := 0; i < n; i++ {
+		m.argv = append(m.argv, []string{"server", "--id", strconv.Itoa(i + 1),
+			"--data-dir", filepath.Join(dir, fmt.Sprintf("member%d", i+1)),
+			"--client-addr", addrs[i], "--peer-addr", addrs[n+i], "--peers", strings.Join(peers, ","),
+			"--min-session-timeout", "500ms", "--heartbeat-timeout", "1s", "--election-timeout", "1s",
+			"--log-level", "warn"})
+		if err := m.Restart(i); err != nil {
+			return nil, err
+		}
+	}
+	return m, m.WaitHealthy(ctx)
+}
+
+func (m *memberProcs) Servers() string { return strings.Join(m.addrs, ",") }
+
+// Leader polls the running members' srvr until one says it leads.
+func (m *memberProcs) Leader(ctx context.Context) (int, error) {
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		for i, addr := range m.addrs {
+			m.mu.Lock()
+			up := m.procs[i] != nil && m.procs[i].running() && !m.paused[i]
+			m.mu.Unlock()
+			if !up {
+				continue
+			}
+			if out, err := fourLetter(addr, "srvr"); err == nil && strings.Contains(out, "Mode: leader") {
+				return i, nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return -1, fmt.Errorf("no leader: %w", ctx.Err())
+		case <-tick.C:
+		}
+	}
+}
+
+// Kill sends SIGKILL to member i and waits until it is gone; its output
+// goes to its log file.
+func (m *memberProcs) Kill(i int) error {
+	m.mu.Lock()
+	p := m.procs[i]
+	m.procs[i] = nil
+	m.paused[i] = false
+	m.mu.Unlock()
+	if p == nil {
+		return fmt.Errorf("member %d is not running", i+1)
+	}
+	p.signal(syscall.SIGKILL)
+	<-p.done
+	m.saveOutput(i, p)
+	return nil
+}
+
+func (m *memberProcs) saveOutput(i int, p *proc) {
+	f, err := os.OpenFile(filepath.Join(m.dir, fmt.Sprintf("member%d.log", i+1)), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	fmt.Fprintf(f, "--- start %d, exit %v\n", m.starts[i], p.cmd.ProcessState)
+	_, _ = f.WriteString(takeOutput(p))
+}
+
+// takeOutput returns what p wrote and forgets it, so that the rig does not
+// repeat it in a failed test's log.
+func takeOutput(p *proc) string {
+	p.out.mu.Lock()
+	defer p.out.mu.Unlock()
+	s := p.out.b.String()
+	p.out.b.Reset()
+	return s
+}
+
+// Restart starts member i on its data dir (the first time: a new one).
+func (m *memberProcs) Restart(i int) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.procs[i] != nil {
+		return fmt.Errorf("member %d is running", i+1)
+	}
+	m.starts[i]++
+	m.procs[i] = m.r.startProc(fmt.Sprintf("member%d", i+1), nil, e2eBin, m.argv[i]...)
+	return nil
+}
+
+func (m *memberProcs) signal(i int, sig syscall.Signal, paused bool) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.procs[i] == nil {
+		return fmt.Errorf("member %d is not running", i+1)
+	}
+	m.procs[i].signal(sig)
+	m.paused[i] = paused
+	return nil
+}
+
+func (m *memberProcs) Pause(i int) error  { return m.signal(i, syscall.SIGSTOP, true) }
+func (m *memberProcs) Resume(i int) error { return m.signal(i, syscall.SIGCONT, false) }
+
+// WaitHealthy waits until `coordrun ensemble status` sees every member up,
+// one leader and all caught up.
+func (m *memberProcs) WaitHealthy(ctx context.Context) error {
+	wait := 30 * time.Second
+	if d, ok := ctx.Deadline(); ok {
+		wait = time.Until(d)
+	}
+	cmd := exec.CommandContext(ctx, e2eBin, "ensemble", "status", "--servers", m.Servers(), "--wait", wait.String())
+	cmd.Env = append(baseEnv(), m.r.mark)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("ensemble not healthy: %v\n%s", err, out)
+	}
+	return nil
+}
+
+func (m *memberProcs) Close() error {
+	for i := range m.procs {
+		m.mu.Lock()
+		up := m.procs[i] != nil
+		m.mu.Unlock()
+		if up {
+			_ = m.Kill(i)
+		}
+	}
+	return nil
+}
+
+// --- supervisor hosts --------------------------------------------------------
+
+// chaosIncarnation is one `coordrun run` of a host: the supervisor, and
+// the proxies (one per member) through which it reaches the ensemble.
+type chaosIncarnation struct {
+	label   string
+	sup     *proc
+	proxies []*dropProxy
+	code    int // exit code, once sup.done is closed
+}
+
+// cut partitions the incarnation from every member.
+func (inc *chaosIncarnation) cut() {
+	for _, p := range inc.proxies {
+		p.drop()
+	}
+}
+
+// chaosExit is how an incarnation ended, and what the test had done to it.
+type chaosExit struct {
+	label string
+	code  int
+	fault string // "" if the test aimed no fault at it
+}
+
+// hostLoop is host k: it runs `coordrun run` of the job again and again,
+// each time through fresh proxies, until stop is closed.
+func (w *chaosWorld) hostLoop(k int, rng *rand.Rand) {
+	defer w.wg.Done()
+	for n := 1; ; n++ {
+		select {
+		case <-w.stop:
+			return
+		default:
+		}
+		label := fmt.Sprintf("h%d.%d", k, n)
+		inc := &chaosIncarnation{label: label}
+		var via []string
+		for _, s := range strings.Split(w.members.Servers(), ",") {
+			p := newDropProxy(w.t, s)
+			inc.proxies = append(inc.proxies, p)
+			via = append(via, p.addr())
+		}
+		job := []string{e2eSelf, chaosJobArg, "-dir", w.dir,
+			"-hold", (100*time.Millisecond + time.Duration(rng.Int63n(int64(time.Second)))).String()}
+		if rng.Intn(3) == 0 {
+			job = append(job, "-stubborn")
+		}
+		w.mu.Lock()
+		inc.sup = w.r.superviseVia(strings.Join(via, ","), label, nil, []string{chaosHostVar + "=" + label}, job...)
+		w.live[label] = inc
+		w.mu.Unlock()
+
+		<-inc.sup.done
+		inc.code = inc.sup.cmd.ProcessState.ExitCode()
+		out := takeOutput(inc.sup)
+		for _, p := range inc.proxies {
+			p.close()
+		}
+		w.mu.Lock()
+		delete(w.live, label)
+		fault := w.targeted[label]
+		stopping := w.stopping
+		if !stopping {
+			w.exits = append(w.exits, chaosExit{label: label, code: inc.code, fault: fault})
+		}
+		w.mu.Unlock()
+		if f, err := os.Create(filepath.Join(w.dir, "sup-"+label+".log")); err == nil {
+			fmt.Fprintf(f, "exit %d (fault %q)\n%s", inc.code, fault, out)
+			f.Close()
+		}
+		// Pacing, so that a host whose supervisor fails at once does
+		// not spin.
+		select {
+		case <-w.stop:
+			return
+		case <-time.After(time.Duration(rng.Int63n(int64(100 * time.Millisecond)))):
+		}
+	}
+}
+
+// incarnation returns the live incarnation labelled label, waiting for the
+// host to register it.
+func (w *chaosWorld) incarnation(label string) *chaosIncarnation {
+	var inc *chaosIncarnation
+	waitUntil(w.t, 10*time.Second, "supervisor "+label+" to be registered", func() bool {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		inc = w.live[label]
+		return inc != nil
+	})
+	return inc
+}

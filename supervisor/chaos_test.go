@@ -1,0 +1,487 @@
+package supervisor_test
+
+// The singleton invariant under chaos: several `coordrun run` supervisors
+// (the real binary) contend for one lock on a 3-member ensemble of real
+// `coordrun server` processes, while a seeded schedule kills and pauses
+// members and kills, stops, cuts off and freezes the holder. Their job
+// writes to a store fenced by fencing.Guard. Afterwards the records must
+// show one holder at a time, rising tokens, and a store that took no
+// write of a holder after a newer holder's.
+//
+//	go test -race -run TestChaosSingleton ./supervisor                         # short: one fault of each kind
+//	COORDRUN_CHAOS_DURATION=3m go test -race -run Chaos -v -timeout 30m ./supervisor
+//	COORDRUN_CHAOS_SEED=<seed> ...                                             # the same schedule again
+
+import (
+	"context"
+	"fmt"
+	"math/rand"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/coordrun/coordrun/fencing"
+	"github.com/coordrun/coordrun/supervisor"
+)
+
+// Fault kinds.
+const (
+	faultLeaderKill   = "leader-kill"   // kill -9 of the leading member, restart after a while
+	faultMemberPause  = "member-pause"  // SIGSTOP of a member, SIGCONT after a while
+	faultSupKill      = "sup-kill"      // kill -9 of the holding supervisor
+	faultSupStop      = "sup-stop"      // SIGSTOP of the holding supervisor alone past its session
+	faultSupCut       = "sup-cut"       // the holding supervisor cut off from every member
+	faultHolderFreeze = "holder-freeze" // supervisor, watchdog and job stopped past the session
+)
+
+var chaosFaultKinds = []string{faultLeaderKill, faultMemberPause, faultSupKill, faultSupStop, faultSupCut, faultHolderFreeze}
+
+// chaosHosts is how many supervisors contend: enough that one is always
+// waiting while another is faulted.
+const chaosHosts = 4
+
+func TestChaosSingleton(t *testing.T) {
+	seed := time.Now().UnixNano()
+	if s := os.Getenv("COORDRUN_CHAOS_SEED"); s != "" {
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			t.Fatalf("COORDRUN_CHAOS_SEED=%q: %v", s, err)
+		}
+		seed = n
+	}
+	var duration time.Duration // 0: one fault of each kind
+	if s := os.Getenv("COORDRUN_CHAOS_DURATION"); s != "" {
+		d, err := time.ParseDuration(s)
+		if err != nil {
+			t.Fatalf("COORDRUN_CHAOS_DURATION=%q: %v", s, err)
+		}
+		duration = d
+	}
+	t.Logf("chaos seed %d (COORDRUN_CHAOS_SEED=%d repeats this schedule)", seed, seed)
+
+	// The records outlive a failed test; t.TempDir would not.
+	dir, err := os.MkdirTemp("", "coordrun-chaos-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("chaos records kept in %s (seed %d)", dir, seed)
+		} else {
+			os.RemoveAll(dir)
+		}
+	})
+	r := newRig(t, &backend{name: "coordrun server processes"})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	members, err := startMemberProcs(ctx, r, dir, 3)
+	cancel()
+	if err != nil {
+		t.Fatalf("starting the ensemble: %v", err)
+	}
+	w := newChaosWorld(t, r, members, dir, seed)
+	defer w.shutdown()
+	for k := 1; k <= chaosHosts; k++ {
+		w.wg.Add(1)
+		go w.hostLoop(k, rand.New(rand.NewSource(seed+int64(k))))
+	}
+	w.awaitProgress("the first run")
+
+	began := time.Now()
+	if duration == 0 {
+		kinds := append([]string(nil), chaosFaultKinds...)
+		w.rng.Shuffle(len(kinds), func(i, j int) { kinds[i], kinds[j] = kinds[j], kinds[i] })
+		for _, k := range kinds {
+			w.inject(k)
+		}
+	} else {
+		for time.Since(began) < duration {
+			w.inject(chaosFaultKinds[w.rng.Intn(len(chaosFaultKinds))])
+		}
+	}
+	w.shutdown()
+
+	g, err := fencing.OpenGuard(filepath.Join(dir, chaosFence))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep := checkChaos(dir, w.frozen, g, r.lock)
+	rep.violations = append(w.problems, rep.violations...)
+	rep.violations = append(rep.violations, w.exitProblems()...)
+	summary := w.summary(rep, time.Since(began))
+	t.Log("\n" + summary)
+	_ = os.WriteFile(filepath.Join(dir, "summary.txt"), []byte(summary), 0o644)
+	if len(rep.violations) > 0 {
+		t.Errorf("%d violations:\n%s", len(rep.violations), strings.Join(rep.violations, "\n"))
+	}
+}
+
+// chaosWorld is one chaos run: the ensemble, the supervisor hosts and
+// what the schedule did to them.
+type chaosWorld struct {
+	t       *testing.T
+	r       *rig
+	members chaosMembers
+	dir     string
+	seed    int64
+	rng     *rand.Rand // the schedule's; used by the test goroutine only
+	stop    chan struct{}
+	wg      sync.WaitGroup
+	once    sync.Once
+
+	mu       sync.Mutex
+	live     map[string]*chaosIncarnation // by label
+	targeted map[string]string            // label → the fault aimed at it
+	exits    []chaosExit
+	stopping bool
+
+	// The test goroutine's own.
+	frozen     map[int64]chaosFreeze
+	faults     map[string]int
+	problems   []string // violations seen while the schedule ran
+	lastPinned int64
+	faultLog   *os.File
+}
+
+func newChaosWorld(t *testing.T, r *rig, m chaosMembers, dir string, seed int64) *chaosWorld {
+	f, err := os.Create(filepath.Join(dir, chaosFaultLog))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	return &chaosWorld{t: t, r: r, members: m, dir: dir, seed: seed, rng: rand.New(rand.NewSource(seed)),
+		stop: make(chan struct{}), live: map[string]*chaosIncarnation{}, targeted: map[string]string{},
+		frozen: map[int64]chaosFreeze{}, faults: map[string]int{}, faultLog: f}
+}
+
+// shutdown stops the hosts, kills whatever they left and the ensemble.
+// Deferred, so that it runs before the rig's cleanups on any exit from
+// the test: no host may start a supervisor after those.
+func (w *chaosWorld) shutdown() {
+	w.once.Do(func() {
+		w.mu.Lock()
+		w.stopping = true
+		w.mu.Unlock()
+		close(w.stop)
+		done := make(chan struct{})
+		go func() { w.wg.Wait(); close(done) }()
+		tick := time.NewTicker(50 * time.Millisecond)
+		defer tick.Stop()
+	loop:
+		for {
+			w.mu.Lock()
+			for _, inc := range w.live {
+				inc.sup.signal(syscall.SIGKILL)
+				inc.sup.signal(syscall.SIGCONT)
+			}
+			w.mu.Unlock()
+			select {
+			case <-done:
+				break loop
+			case <-tick.C:
+			}
+		}
+		// Watchdogs and jobs whose supervisor died end by themselves;
+		// killAll makes sure before the records are read.
+		w.r.killAll()
+		_ = w.members.Close()
+	})
+}
+
+// logf notes what the schedule does, in the fault log and the test log.
+func (w *chaosWorld) logf(format string, args ...any) {
+	msg := fmt.Sprintf(format, args...)
+	fmt.Fprintf(w.faultLog, "%d %s\n", supervisor.BoottimeNow(), msg)
+	w.t.Log(msg)
+}
+
+// problem records a violation seen while the schedule runs.
+func (w *chaosWorld) problem(format string, args ...any) {
+	msg := fmt.Sprintf(format, args...)
+	w.problems = append(w.problems, msg)
+	w.logf("VIOLATION: %s", msg)
+}
+
+// pace sleeps between lo and hi: the schedule's rhythm, not a wait for
+// any state.
+func (w *chaosWorld) pace(lo, hi time.Duration) {
+	time.Sleep(lo + time.Duration(w.rng.Int63n(int64(hi-lo)+1)))
+}
+
+func (w *chaosWorld) runs() []chaosRec { return readChaosRecs(filepath.Join(w.dir, chaosRunsLog)) }
+
+// maxToken is the highest token any job has started with.
+func (w *chaosWorld) maxToken() int64 {
+	var m int64 = -1
+	for _, x := range w.runs() {
+		if x.kind == "start" && x.token > m {
+			m = x.token
+		}
+	}
+	return m
+}
+
+// awaitStartAbove waits for a job to start with a token above tok.
+func (w *chaosWorld) awaitStartAbove(tok int64, d time.Duration, what string) chaosRec {
+	w.t.Helper()
+	var found chaosRec
+	waitUntil(w.t, d, what, func() bool {
+		for _, x := range w.runs() {
+			if x.kind == "start" && x.token > tok {
+				found = x
+				return true
+			}
+		}
+		return false
+	})
+	return found
+}
+
+// awaitProgress waits until a new holder has started: the lock is not
+// stuck after a fault.
+func (w *chaosWorld) awaitProgress(what string) {
+	w.t.Helper()
+	w.awaitStartAbove(w.maxToken(), 30*time.Second, "a new holder after "+what)
+}
+
+// inject runs one fault to its end: applied, its effect seen, healed.
+func (w *chaosWorld) inject(kind string) {
+	w.t.Helper()
+	w.faults[kind]++
+	switch kind {
+	case faultLeaderKill, faultMemberPause:
+		w.memberFault(kind)
+	default:
+		w.holderFault(kind)
+	}
+	w.awaitProgress(kind)
+	w.pace(100*time.Millisecond, 600*time.Millisecond)
+}
+
+func (w *chaosWorld) memberFault(kind string) {
+	w.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var err error
+	switch kind {
+	case faultLeaderKill:
+		var i int
+		if i, err = w.members.Leader(ctx); err != nil {
+			w.t.Fatal(err)
+		}
+		w.logf("%s: member %d (leader)", kind, i+1)
+		if err := w.members.Kill(i); err != nil {
+			w.t.Fatal(err)
+		}
+		w.pace(300*time.Millisecond, 1500*time.Millisecond)
+		w.logf("%s: restart member %d", kind, i+1)
+		err = w.members.Restart(i)
+	case faultMemberPause:
+		i := w.rng.Intn(3)
+		w.logf("%s: member %d", kind, i+1)
+		if err := w.members.Pause(i); err != nil {
+			w.t.Fatal(err)
+		}
+		w.pace(500*time.Millisecond, 2*time.Second)
+		w.logf("%s: resume member %d", kind, i+1)
+		err = w.members.Resume(i)
+	}
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	if err := w.members.WaitHealthy(ctx); err != nil {
+		w.t.Fatal(err)
+	}
+}
+
+// pinTarget makes the next job to start a long one and returns its start
+// record and its supervisor, marked as the target of kind.
+func (w *chaosWorld) pinTarget(kind string) (chaosRec, *chaosIncarnation) {
+	w.t.Helper()
+	if err := os.WriteFile(filepath.Join(w.dir, chaosPin), nil, 0o644); err != nil {
+		w.t.Fatal(err)
+	}
+	var target chaosRec
+	waitUntil(w.t, 30*time.Second, "a job to claim the pin", func() bool {
+		for _, x := range w.runs() {
+			if x.kind == "start" && x.token > w.lastPinned && len(x.extra) > 0 && x.extra[0] == "1" {
+				target = x
+				return true
+			}
+		}
+		return false
+	})
+	w.lastPinned = target.token
+	inc := w.incarnation(target.host)
+	w.mu.Lock()
+	w.targeted[target.host] = kind
+	w.mu.Unlock()
+	return target, inc
+}
+
+// awaitExit waits for a targeted supervisor's exit and checks its code.
+func (w *chaosWorld) awaitExit(kind string, inc *chaosIncarnation, d time.Duration, want int) {
+	select {
+	case <-inc.sup.done:
+		if code := inc.sup.cmd.ProcessState.ExitCode(); code != want {
+			w.problem("%s: supervisor %s exited %d, want %d", kind, inc.label, code, want)
+		}
+	case <-time.After(d):
+		w.problem("%s: supervisor %s did not exit within %v", kind, inc.label, d)
+	}
+}
+
+func (w *chaosWorld) holderFault(kind string) {
+	w.t.Helper()
+	target, inc := w.pinTarget(kind)
+	const next = sessionTimeout + 10*time.Second // a successor starts within this
+	w.logf("%s: supervisor %s holding token %d (job pid %d)", kind, target.host, target.token, target.pid)
+	jobDead := func(d time.Duration) {
+		waitUntil(w.t, d, fmt.Sprintf("%s: the job of %s to die", kind, target.host), func() bool { return !alive(target.pid) })
+	}
+	switch kind {
+	case faultSupKill:
+		inc.sup.signal(syscall.SIGKILL)
+		jobDead(5 * time.Second)
+		succ := w.awaitStartAbove(target.token, next, kind+": a successor")
+		w.logf("%s: %s took over with token %d", kind, succ.host, succ.token)
+		w.awaitExit(kind, inc, 5*time.Second, -1)
+
+	case faultSupStop:
+		inc.sup.signal(syscall.SIGSTOP)
+		jobDead(sessionTimeout + 5*time.Second)
+		succ := w.awaitStartAbove(target.token, next, kind+": a successor")
+		w.logf("%s: %s took over with token %d; SIGCONT to %s", kind, succ.host, succ.token, target.host)
+		inc.sup.signal(syscall.SIGCONT)
+		w.awaitExit(kind, inc, 15*time.Second, supervisor.ExitSessionLost)
+
+	case faultSupCut:
+		inc.cut()
+		jobDead(sessionTimeout + 5*time.Second)
+		succ := w.awaitStartAbove(target.token, next, kind+": a successor")
+		w.logf("%s: %s took over with token %d", kind, succ.host, succ.token)
+		w.awaitExit(kind, inc, 20*time.Second, supervisor.ExitSessionLost)
+
+	case faultHolderFreeze:
+		w.freeze(target, inc)
+	}
+}
+
+// freeze stops every process of the holder (as a paused VM would), waits
+// until another holder has taken the lock, then resumes the job alone, so
+// that it acts before its watchdog can: its next write must be refused.
+// Then the rest resumes, and the supervisor must exit 76.
+func (w *chaosWorld) freeze(target chaosRec, inc *chaosIncarnation) {
+	w.t.Helper()
+	kind := faultHolderFreeze
+	pids := pidsWithEnv(chaosHostVar + "=" + target.host)
+	hasJob := false
+	for _, p := range pids {
+		hasJob = hasJob || p == target.pid
+		_ = syscall.Kill(p, syscall.SIGSTOP)
+	}
+	if !hasJob || len(pids) < 3 {
+		w.t.Fatalf("%s: processes of %s are %v; want the supervisor, its watchdog and job %d", kind, target.host, pids, target.pid)
+	}
+	waitUntil(w.t, 5*time.Second, "every process of "+target.host+" to stop", func() bool {
+		for _, p := range pids {
+			if st := procState(p); st != 'T' && st != 't' && alive(p) {
+				return false
+			}
+		}
+		return true
+	})
+	stopped := supervisor.BoottimeNow()
+	w.logf("%s: stopped %s: pids %v", kind, target.host, pids)
+
+	succ := w.awaitStartAbove(target.token, sessionTimeout+10*time.Second, kind+": a successor")
+	// The successor's first write raises the store's mark, unless the
+	// frozen job stopped inside Guard.Do and holds the guard's lock;
+	// then the successor waits for it, and the thaw lets both go on.
+	wrote := pollFor(5*time.Second, func() bool {
+		for _, x := range readChaosRecs(filepath.Join(w.dir, chaosStore)) {
+			if x.token > target.token {
+				return true
+			}
+		}
+		return false
+	})
+	w.logf("%s: %s took over with token %d (its first write accepted before the thaw: %v); SIGCONT to job %d",
+		kind, succ.host, succ.token, wrote, target.pid)
+
+	resumed := supervisor.BoottimeNow()
+	w.frozen[target.token] = chaosFreeze{stopped: stopped, resumed: resumed}
+	_ = syscall.Kill(target.pid, syscall.SIGCONT)
+	refused := pollFor(10*time.Second, func() bool {
+		for _, x := range w.runs() {
+			if x.kind == "refused" && x.token == target.token {
+				return true
+			}
+		}
+		return false
+	})
+	if !refused {
+		w.problem("%s: the resumed job of token %d was not refused by the store within 10s", kind, target.token)
+	}
+	for _, p := range pids {
+		_ = syscall.Kill(p, syscall.SIGCONT)
+	}
+	w.logf("%s: resumed %s; its job refused: %v", kind, target.host, refused)
+	w.awaitExit(kind, inc, 15*time.Second, supervisor.ExitSessionLost)
+}
+
+// exitProblems lists supervisors that ended in a way nothing explains:
+// an untargeted supervisor ends with its job's 0, or with 76 when a
+// member fault cost it its lease.
+func (w *chaosWorld) exitProblems() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var out []string
+	for _, e := range w.exits {
+		if e.fault == "" && e.code != 0 && e.code != supervisor.ExitSessionLost {
+			out = append(out, fmt.Sprintf("supervisor %s exited %d with no fault aimed at it (see sup-%s.log)", e.label, e.code, e.label))
+		}
+	}
+	return out
+}
+
+func (w *chaosWorld) summary(rep chaosReport, elapsed time.Duration) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "chaos summary (seed %d, %v of faults)\n", w.seed, elapsed.Round(time.Second))
+	handoffs := 0
+	for i := 1; i < len(rep.runs); i++ {
+		if rep.runs[i].host != rep.runs[i-1].host {
+			handoffs++
+		}
+	}
+	fmt.Fprintf(&b, "  runs %d, handoffs %d (to another host)\n", len(rep.runs), handoffs)
+	var kinds []string
+	total := 0
+	for k, n := range w.faults {
+		kinds = append(kinds, fmt.Sprintf("%s %d", k, n))
+		total += n
+	}
+	sort.Strings(kinds)
+	fmt.Fprintf(&b, "  faults %d: %s\n", total, strings.Join(kinds, ", "))
+	fmt.Fprintf(&b, "  store: accepted writes %d, refused stale writes %d, writes of frozen holders accepted after their freeze %d, high-water %d\n",
+		rep.accepted, rep.refused, rep.lateWrites, rep.highWater)
+	w.mu.Lock()
+	codes := map[int]int{}
+	for _, e := range w.exits {
+		codes[e.code]++
+	}
+	w.mu.Unlock()
+	var cs []string
+	for c, n := range codes {
+		cs = append(cs, fmt.Sprintf("%d×%d", c, n))
+	}
+	sort.Strings(cs)
+	fmt.Fprintf(&b, "  supervisor exits (code×count): %s\n", strings.Join(cs, " "))
+	fmt.Fprintf(&b, "  violations %d\n", len(rep.violations))
+	return b.String()
+}
