@@ -1,0 +1,587 @@
+// Package chaos runs a coordrun ensemble of real processes behind
+// controllable proxies, injects faults (kills, pauses, partitions, one-way
+// drops, client cuts, disk rebuilds) while clients run a recorded
+// workload, and checks the history: linearizability of writes and
+// sync+reads, per-session order, watches, durability, ephemerals of dead
+// sessions, and the replicated tree itself on every member.
+package chaos
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/coordrun/coordrun/ensemble"
+	"github.com/coordrun/coordrun/ensemble/tree"
+)
+
+// Config describes a cluster to start.
+type Config struct {
+	Bin     string    // the coordrun binary; "" means $COORDRUN_BIN, else built into Dir
+	Dir     string    // data dirs and member logs go below it
+	Members int       // 3 or 5 (default 3)
+	Args    []string  // extra server flags, after the harness's own
+	Log     io.Writer // harness progress; nil discards
+}
+
+// Cluster is a running ensemble. Member i has id i+1 and its own loopback
+// IP, 127.0.0.(11+i), so the proxies can tell members apart by the source
+// address of the connections they relay.
+type Cluster struct {
+	cfg     Config
+	bin     string
+	members []*member
+
+	// mu guards the network policy below; procMu the processes.
+	mu        sync.Mutex
+	cut       [][]bool // cut[from][to]: bytes from → to are dropped
+	clientCut []bool
+	procMu    sync.Mutex
+}
+
+type member struct {
+	idx                   int
+	id, ip, dir, logPath  string
+	clientReal, peerReal  string // where the process listens
+	clientProxy, peerProx *proxy // what clients and the other members dial
+	cmd                   *exec.Cmd
+	exited                chan struct{}
+	paused                bool
+	join                  bool // rebuilt: its data dir came from the others
+}
+
+// memberIP is member i's own loopback address; all of 127/8 reaches lo.
+func memberIP(i int) string { return "127.0.0." + strconv.Itoa(11+i) }
+
+func (c *Cluster) logf(format string, args ...any) {
+	if c.cfg.Log != nil {
+		fmt.Fprintf(c.cfg.Log, "chaos: "+format+"\n", args...)
+	}
+}
+
+// BuildBinary builds cmd/coordrun of the module this package belongs to
+// into dir and returns the binary's path.
+func BuildBinary(dir string) (string, error) {
+	out, err := exec.Command("go", "env", "GOMOD").Output()
+	if err != nil {
+		return "", fmt.Errorf("go env GOMOD: %w", err)
+	}
+	root := filepath.Dir(strings.TrimSpace(string(out)))
+	bin := filepath.Join(dir, "coordrun")
+	cmd := exec.Command("go", "build", "-o", bin, "./cmd/coordrun")
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build ./cmd/coordrun: %v\n%s", err, out)
+	}
+	return bin, nil
+}
+
+// freePort finds a port free on ip. The member binds it a moment later;
+// nothing else on these private addresses competes for it.
+func freePort(ip string) (string, error) {
+	ln, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
+	if err != nil {
+		return "", err
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	return addr, nil
+}
+
+// Start launches the members and waits until the ensemble is healthy.
+func Start(ctx context.Context, cfg Config) (*Cluster, error) {
+	if cfg.Members == 0 {
+		cfg.Members = 3
+	}
+	if cfg.Dir == "" {
+		return nil, errors.New("chaos: Config.Dir is required")
+	}
+	c := &Cluster{cfg: cfg, bin: cfg.Bin}
+	if c.bin == "" {
+		c.bin = os.Getenv("COORDRUN_BIN")
+	}
+	if c.bin == "" {
+		b, err := BuildBinary(cfg.Dir)
+		if err != nil {
+			return nil, err
+		}
+		c.bin = b
+	}
+	n := cfg.Members
+	c.cut = make([][]bool, n)
+	for i := range c.cut {
+		c.cut[i] = make([]bool, n)
+	}
+	c.clientCut = make([]bool, n)
+	ipIndex := map[string]int{}
+	for i := 0; i < n; i++ {
+		ipIndex[memberIP(i)] = i
+	}
+	source := func(a net.Addr) int {
+		if ta, ok := a.(*net.TCPAddr); ok {
+			if i, ok := ipIndex[ta.IP.String()]; ok {
+				return i
+			}
+		}
+		return -1
+	}
+	for i := 0; i < n; i++ {
+		m := &member{idx: i, id: strconv.Itoa(i + 1), ip: memberIP(i)}
+		m.dir = filepath.Join(cfg.Dir, "member-"+m.id)
+		m.logPath = filepath.Join(cfg.Dir, "member-"+m.id+".log")
+		if err := os.MkdirAll(m.dir, 0o755); err != nil {
+			c.Close()
+			return nil, err
+		}
+		var err error
+		if m.clientReal, err = freePort(m.ip); err != nil {
+			c.Close()
+			return nil, fmt.Errorf("chaos: loopback address %s: %w", m.ip, err)
+		}
+		if m.peerReal, err = freePort(m.ip); err != nil {
+			c.Close()
+			return nil, err
+		}
+		idx := i
+		m.clientProxy, err = newProxy(net.JoinHostPort(m.ip, "0"), m.clientReal, idx,
+			func(net.Addr) int { return -1 },
+			func(int, int) bool { return c.clientsCut(idx) })
+		if err != nil {
+			c.Close()
+			return nil, err
+		}
+		m.peerProx, err = newProxy(net.JoinHostPort(m.ip, "0"), m.peerReal, idx, source, c.blocked)
+		if err != nil {
+			c.Close()
+			return nil, err
+		}
+		c.members = append(c.members, m)
+	}
+	for _, m := range c.members {
+		if err := c.startMember(m); err != nil {
+			c.Close()
+			return nil, err
+		}
+	}
+	if err := c.WaitHealthy(ctx); err != nil {
+		c.Close()
+		return nil, err
+	}
+	c.logf("%d members up in %s", n, cfg.Dir)
+	return c, nil
+}
+
+func (c *Cluster) peersFlag() string {
+	var parts []string
+	for _, m := range c.members {
+		parts = append(parts, m.id+"="+m.peerProx.addr())
+	}
+	return strings.Join(parts, ",")
+}
+
+// startMember starts m's process and waits until its client port answers.
+func (c *Cluster) startMember(m *member) error {
+	c.procMu.Lock()
+	defer c.procMu.Unlock()
+	if m.cmd != nil {
+		return fmt.Errorf("chaos: member %s is running", m.id)
+	}
+	args := []string{"server", "--id", m.id, "--data-dir", m.dir,
+		"--client-addr", m.clientReal, "--peer-addr", m.peerReal, "--peers", c.peersFlag(),
+		"--min-session-timeout", "2s", "--log-level", "warn"}
+	if m.join {
+		args = append(args, "--join")
+	}
+	args = append(args, c.cfg.Args...)
+	logf, err := os.OpenFile(m.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command(c.bin, args...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	// A test binary that dies leaves no member behind.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		return err
+	}
+	exited := make(chan struct{})
+	go func() {
+		_ = cmd.Wait()
+		logf.Close()
+		close(exited)
+	}()
+	m.cmd, m.exited, m.paused = cmd, exited, false
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if out, err := fourLetter(m.clientReal, "ruok", time.Second); err == nil && out == "imok" {
+			return nil
+		}
+		select {
+		case <-exited:
+			return fmt.Errorf("chaos: member %s exited at start (see %s)", m.id, m.logPath)
+		case <-time.After(50 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("chaos: member %s does not answer on %s", m.id, m.clientReal)
+		}
+	}
+}
+
+func (c *Cluster) blocked(from, to int) bool {
+	if from < 0 || to < 0 {
+		return false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.cut[from][to]
+}
+
+func (c *Cluster) clientsCut(i int) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.clientCut[i]
+}
+
+func (c *Cluster) reconsider() {
+	for _, m := range c.members {
+		m.peerProx.reconsider()
+		m.clientProxy.reconsider()
+	}
+}
+
+// N is the number of members.
+func (c *Cluster) N() int { return len(c.members) }
+
+// Dir is the directory holding data dirs and member logs.
+func (c *Cluster) Dir() string { return c.cfg.Dir }
+
+// Bin is the coordrun binary the members run.
+func (c *Cluster) Bin() string { return c.bin }
+
+// Servers is every member's client address through its proxy, comma-joined.
+func (c *Cluster) Servers() string {
+	var s []string
+	for i := range c.members {
+		s = append(s, c.ClientAddr(i))
+	}
+	return strings.Join(s, ",")
+}
+
+// ClientAddr is member i's client address through its proxy.
+func (c *Cluster) ClientAddr(i int) string { return c.members[i].clientProxy.addr() }
+
+// DirectClientAddr is member i's own client port, which no fault cuts.
+func (c *Cluster) DirectClientAddr(i int) string { return c.members[i].clientReal }
+
+// Running reports whether member i's process is up (paused counts as up).
+func (c *Cluster) Running(i int) bool {
+	c.procMu.Lock()
+	defer c.procMu.Unlock()
+	return c.members[i].cmd != nil
+}
+
+// Leader is the index of the member that reports itself leader, once
+// exactly one reachable member does.
+func (c *Cluster) Leader(ctx context.Context) (int, error) {
+	for {
+		leaders := c.leaders()
+		if len(leaders) == 1 {
+			return leaders[0], nil
+		}
+		select {
+		case <-ctx.Done():
+			return -1, fmt.Errorf("chaos: no single leader (%v): %w", leaders, ctx.Err())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+func (c *Cluster) leaders() []int {
+	var out []int
+	for i, m := range c.members {
+		if !c.Running(i) || c.isPaused(i) {
+			continue
+		}
+		s, err := fourLetter(m.clientReal, "srvr", time.Second)
+		if err == nil && strings.Contains(s, "Mode: leader") {
+			out = append(out, i)
+		}
+	}
+	return out
+}
+
+func (c *Cluster) isPaused(i int) bool {
+	c.procMu.Lock()
+	defer c.procMu.Unlock()
+	return c.members[i].paused
+}
+
+// Kill sends SIGKILL to member i and waits until it is gone.
+func (c *Cluster) Kill(i int) error {
+	c.procMu.Lock()
+	m := c.members[i]
+	cmd, exited := m.cmd, m.exited
+	c.procMu.Unlock()
+	if cmd == nil {
+		return nil
+	}
+	_ = cmd.Process.Signal(syscall.SIGKILL)
+	<-exited
+	c.procMu.Lock()
+	m.cmd, m.paused = nil, false
+	c.procMu.Unlock()
+	m.clientProxy.dropAll()
+	m.peerProx.dropAll()
+	return nil
+}
+
+// Restart starts member i again on its data dir.
+func (c *Cluster) Restart(i int) error { return c.startMember(c.members[i]) }
+
+func (c *Cluster) signal(i int, sig syscall.Signal, paused bool) error {
+	c.procMu.Lock()
+	defer c.procMu.Unlock()
+	m := c.members[i]
+	if m.cmd == nil {
+		return fmt.Errorf("chaos: member %s is not running", m.id)
+	}
+	if err := m.cmd.Process.Signal(sig); err != nil {
+		return err
+	}
+	m.paused = paused
+	return nil
+}
+
+// Pause freezes member i (SIGSTOP).
+func (c *Cluster) Pause(i int) error { return c.signal(i, syscall.SIGSTOP, true) }
+
+// Resume lets a paused member i run again (SIGCONT).
+func (c *Cluster) Resume(i int) error { return c.signal(i, syscall.SIGCONT, false) }
+
+// Partition cuts peer traffic, both ways, between members of different
+// groups. Members named in no group form one more group together.
+func (c *Cluster) Partition(groups ...[]int) {
+	group := make([]int, len(c.members))
+	for i := range group {
+		group[i] = -1
+	}
+	for g, ms := range groups {
+		for _, i := range ms {
+			group[i] = g
+		}
+	}
+	c.mu.Lock()
+	for i := range c.cut {
+		for j := range c.cut[i] {
+			c.cut[i][j] = group[i] != group[j]
+		}
+	}
+	c.mu.Unlock()
+	c.reconsider()
+}
+
+// DropOneWay drops peer bytes from → to; to → from still pass.
+func (c *Cluster) DropOneWay(from, to int) {
+	c.mu.Lock()
+	c.cut[from][to] = true
+	c.mu.Unlock()
+	c.reconsider()
+}
+
+// CutClients makes member i unreachable for clients (cut) or reachable
+// again.
+func (c *Cluster) CutClients(i int, cut bool) {
+	c.mu.Lock()
+	c.clientCut[i] = cut
+	c.mu.Unlock()
+	c.reconsider()
+}
+
+// Heal lifts every network fault.
+func (c *Cluster) Heal() {
+	c.mu.Lock()
+	for i := range c.cut {
+		for j := range c.cut[i] {
+			c.cut[i][j] = false
+		}
+		c.clientCut[i] = false
+	}
+	c.mu.Unlock()
+	c.reconsider()
+}
+
+// admin runs a coordrun client command against the members other than
+// skip, directly (not through the proxies), until one succeeds.
+func (c *Cluster) admin(ctx context.Context, skip int, args ...string) error {
+	var last error
+	for {
+		for i, m := range c.members {
+			if i == skip || !c.Running(i) || c.isPaused(i) {
+				continue
+			}
+			actx, cancel := context.WithTimeout(ctx, 20*time.Second)
+			full := append(append([]string{}, args...), "--servers", m.clientReal, "--timeout", "10s")
+			out, err := exec.CommandContext(actx, c.bin, full...).CombinedOutput()
+			cancel()
+			if err == nil {
+				return nil
+			}
+			last = fmt.Errorf("coordrun %s: %v: %s", strings.Join(full, " "), err, bytes.TrimSpace(out))
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("chaos: %v (last: %v)", ctx.Err(), last)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// Rebuild replaces member i's disk the way an operator would: stop it,
+// remove it from the ensemble, wipe its data dir, start it with --join,
+// add it back, and wait until it has caught up.
+func (c *Cluster) Rebuild(ctx context.Context, i int) error {
+	m := c.members[i]
+	if err := c.Kill(i); err != nil {
+		return err
+	}
+	if err := c.admin(ctx, i, "ensemble", "remove", m.id); err != nil {
+		return err
+	}
+	if err := os.RemoveAll(m.dir); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(m.dir, 0o755); err != nil {
+		return err
+	}
+	m.join = true
+	if err := c.startMember(m); err != nil {
+		return err
+	}
+	if err := c.admin(ctx, i, "ensemble", "add", m.id, m.peerProx.addr()); err != nil {
+		return err
+	}
+	return c.WaitHealthy(ctx)
+}
+
+// status is member i's `mbrs` answer.
+func (c *Cluster) status(i int) (ensemble.Status, error) {
+	var st ensemble.Status
+	out, err := fourLetter(c.members[i].clientReal, "mbrs", 8*time.Second)
+	if err != nil {
+		return st, err
+	}
+	err = json.Unmarshal([]byte(out), &st)
+	return st, err
+}
+
+// WaitHealthy waits until every member runs, one leader has every member
+// in its configuration, and every member has applied what the leader had
+// committed when the wait began.
+func (c *Cluster) WaitHealthy(ctx context.Context) error {
+	var last error
+	var target uint64
+	for {
+		err := c.healthy(&target)
+		if err == nil {
+			return nil
+		}
+		last = err
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("chaos: ensemble not healthy: %v (%w)", last, ctx.Err())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+func (c *Cluster) healthy(target *uint64) error {
+	for i := range c.members {
+		if !c.Running(i) || c.isPaused(i) {
+			return fmt.Errorf("member %d is down or paused", i+1)
+		}
+	}
+	leaders := c.leaders()
+	if len(leaders) != 1 {
+		return fmt.Errorf("leaders: %v", leaders)
+	}
+	st, err := c.status(leaders[0])
+	if err != nil {
+		return err
+	}
+	if len(st.Members) != len(c.members) {
+		return fmt.Errorf("leader lists %d members", len(st.Members))
+	}
+	for _, ms := range st.Members {
+		if ms.State == "leader" && *target == 0 {
+			*target = ms.CommitIndex
+		}
+	}
+	for _, ms := range st.Members {
+		if ms.State != "leader" && ms.State != "follower" {
+			return fmt.Errorf("member %s is %s %s", ms.ID, ms.State, ms.Error)
+		}
+		if ms.AppliedIndex < *target {
+			return fmt.Errorf("member %s applied %d < %d", ms.ID, ms.AppliedIndex, *target)
+		}
+	}
+	return nil
+}
+
+// Snapshot streams member i's tree (the `snap` word) directly from its
+// client port. The member first catches up with the leader.
+func (c *Cluster) Snapshot(i int) (int64, *tree.Tree, error) {
+	out, err := fourLetter(c.members[i].clientReal, "snap", 30*time.Second)
+	if err != nil {
+		return 0, nil, err
+	}
+	if strings.HasPrefix(out, "error: ") {
+		return 0, nil, errors.New(strings.TrimSpace(out))
+	}
+	return ensemble.ReadBackup(strings.NewReader(out))
+}
+
+// LogPath is member i's log file.
+func (c *Cluster) LogPath(i int) string { return c.members[i].logPath }
+
+// Close kills every member and stops the proxies.
+func (c *Cluster) Close() {
+	for i := range c.members {
+		_ = c.Kill(i)
+	}
+	for _, m := range c.members {
+		if m.clientProxy != nil {
+			m.clientProxy.close()
+		}
+		if m.peerProx != nil {
+			m.peerProx.close()
+		}
+	}
+}
+
+// fourLetter sends a four-letter word and reads the answer to EOF.
+func fourLetter(addr, word string, timeout time.Duration) (string, error) {
+	nc, err := net.DialTimeout("tcp", addr, timeout)
+	if err != nil {
+		return "", err
+	}
+	defer nc.Close()
+	_ = nc.SetDeadline(time.Now().Add(timeout))
+	if _, err := nc.Write([]byte(word)); err != nil {
+		return "", err
+	}
+	b, err := io.ReadAll(nc)
+	return string(b), err
+}
