@@ -1,28 +1,23 @@
 package supervisor_test
 
 // Helpers of the chaos test in chaos_test.go: the job that writes to a
-// fenced store, a cluster of real `coordrun server` processes, the
-// supervisor hosts that contend for the lock, and the checker that reads
-// the records afterwards. They build on the e2e helpers (rig, proc,
+// fenced store, the supervisor hosts that contend for the lock, and the
+// checker that reads the records afterwards. They build on the e2e helpers (rig, proc,
 // dropProxy, waitUntil, pidsWithEnv, ...).
 
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"math/rand"
-	"net"
 	"os"
-	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
@@ -243,7 +238,9 @@ type chaosReport struct {
 //	(c) successive holders' tokens strictly increase.
 func checkChaos(dir string, frozen map[int64]chaosFreeze, guard *fencing.Guard, lock string) chaosReport {
 	var rep chaosReport
-	bad := func(format string, args ...any) { rep.violations = append(rep.violations, fmt.Sprintf(format, args...)) }
+	bad := func(format string, args ...any) {
+		rep.violations = append(rep.violations, fmt.Sprintf(format, args...))
+	}
 	byToken := map[int64]*chaosRun{}
 	act := func(r *chaosRun, at supervisor.Boottime) {
 		if f, ok := frozen[r.token]; ok && at >= f.stopped {
@@ -346,135 +343,6 @@ func checkChaos(dir string, frozen map[int64]chaosFreeze, guard *fencing.Guard, 
 	return rep
 }
 
-// --- the ensemble -----------------------------------------------------------
-
-// chaosMembers is the ensemble under the supervisors, whose members the
-// test kills, restarts and pauses. Indices are 0-based.
-type chaosMembers interface {
-	Servers() string
-	Leader(ctx context.Context) (int, error)
-	Kill(i int) error
-	Restart(i int) error
-	Pause(i int) error
-	Resume(i int) error
-	WaitHealthy(ctx context.Context) error
-	Close() error
-}
-
-// memberProcs is an ensemble of real `coordrun server` processes on
-// loopback, started through the rig so that its cleanup kills them too.
-type memberProcs struct {
-	r     *rig
-	dir   string // data dirs and logs
-	addrs []string
-	argv  [][]string
-
-	mu     sync.Mutex
-	procs  []*proc
-	paused []bool
-	starts []int
-}
-
-// freeAddrs reserves n loopback ports by listening and closing: another
-// process may grab one in between, which would fail the member's start.
-func freeAddrs(n int) ([]string, error) {
-	var out []string
-	var lns []net.Listener
-	defer func() {
-		for _, l := range lns {
-			l.Close()
-		}
-	}()
-	for i := 0; i < n; i++ {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, err
-		}
-		lns = append(lns, l)
-		out = append(out, l.Addr().String())
-	}
-	return out, nil
-}
-
-// startMemberProcs starts n members with data under dir and waits until
-// the ensemble is healthy. The servers grant sessions down to 500ms, so
-// the supervisors get the short timeout they ask for.
-func startMemberProcs(ctx context.Context, r *rig, dir string, n int) (*memberProcs, error) {
-	addrs, err := freeAddrs(2 * n)
-	if err != nil {
-		return nil, err
-	}
-	var peers []string
-	for i := 0; i < n; i++ {
-		peers = append(peers, fmt.Sprintf("%d=%s", i+1, addrs[n+i]))
-	}
-	m := &memberProcs{r: r, dir: dir, addrs: addrs[:n], procs: make([]*proc, n), paused: make([]bool, n), starts: make([]int, n)}
-	for i := 0; i < n; i++ {
-		m.argv = append(m.argv, []string{"server", "--id", strconv.Itoa(i + 1),
-			"--data-dir", filepath.Join(dir, fmt.Sprintf("member%d", i+1)),
-			"--client-addr", addrs[i], "--peer-addr", addrs[n+i], "--peers", strings.Join(peers, ","),
-			"--min-session-timeout", "500ms", "--heartbeat-timeout", "1s", "--election-timeout", "1s",
-			"--log-level", "warn"})
-		if err := m.Restart(i); err != nil {
-			return nil, err
-		}
-	}
-	return m, m.WaitHealthy(ctx)
-}
-
-func (m *memberProcs) Servers() string { return strings.Join(m.addrs, ",") }
-
-// Leader polls the running members' srvr until one says it leads.
-func (m *memberProcs) Leader(ctx context.Context) (int, error) {
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		for i, addr := range m.addrs {
-			m.mu.Lock()
-			up := m.procs[i] != nil && m.procs[i].running() && !m.paused[i]
-			m.mu.Unlock()
-			if !up {
-				continue
-			}
-			if out, err := fourLetter(addr, "srvr"); err == nil && strings.Contains(out, "Mode: leader") {
-				return i, nil
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return -1, fmt.Errorf("no leader: %w", ctx.Err())
-		case <-tick.C:
-		}
-	}
-}
-
-// Kill sends SIGKILL to member i and waits until it is gone; its output
-// goes to its log file.
-func (m *memberProcs) Kill(i int) error {
-	m.mu.Lock()
-	p := m.procs[i]
-	m.procs[i] = nil
-	m.paused[i] = false
-	m.mu.Unlock()
-	if p == nil {
-		return fmt.Errorf("member %d is not running", i+1)
-	}
-	p.signal(syscall.SIGKILL)
-	<-p.done
-	m.saveOutput(i, p)
-	return nil
-}
-
-func (m *memberProcs) saveOutput(i int, p *proc) {
-	f, err := os.OpenFile(filepath.Join(m.dir, fmt.Sprintf("member%d.log", i+1)), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
-	if err != nil {
-		return
-	}
-	defer f.Close()
-	fmt.Fprintf(f, "--- start %d, exit %v\n", m.starts[i], p.cmd.ProcessState)
-	_, _ = f.WriteString(takeOutput(p))
-}
-
 // takeOutput returns what p wrote and forgets it, so that the rig does not
 // repeat it in a failed test's log.
 func takeOutput(p *proc) string {
@@ -483,60 +351,6 @@ func takeOutput(p *proc) string {
 	s := p.out.b.String()
 	p.out.b.Reset()
 	return s
-}
-
-// Restart starts member i on its data dir (the first time: a new one).
-func (m *memberProcs) Restart(i int) error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.procs[i] != nil {
-		return fmt.Errorf("member %d is running", i+1)
-	}
-	m.starts[i]++
-	m.procs[i] = m.r.startProc(fmt.Sprintf("member%d", i+1), nil, e2eBin, m.argv[i]...)
-	return nil
-}
-
-func (m *memberProcs) signal(i int, sig syscall.Signal, paused bool) error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.procs[i] == nil {
-		return fmt.Errorf("member %d is not running", i+1)
-	}
-	m.procs[i].signal(sig)
-	m.paused[i] = paused
-	return nil
-}
-
-func (m *memberProcs) Pause(i int) error  { return m.signal(i, syscall.SIGSTOP, true) }
-func (m *memberProcs) Resume(i int) error { return m.signal(i, syscall.SIGCONT, false) }
-
-// WaitHealthy waits until `coordrun ensemble status` sees every member up,
-// one leader and all caught up.
-func (m *memberProcs) WaitHealthy(ctx context.Context) error {
-	wait := 30 * time.Second
-	if d, ok := ctx.Deadline(); ok {
-		wait = time.Until(d)
-	}
-	cmd := exec.CommandContext(ctx, e2eBin, "ensemble", "status", "--servers", m.Servers(), "--wait", wait.String())
-	cmd.Env = append(baseEnv(), m.r.mark)
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		return fmt.Errorf("ensemble not healthy: %v\n%s", err, out)
-	}
-	return nil
-}
-
-func (m *memberProcs) Close() error {
-	for i := range m.procs {
-		m.mu.Lock()
-		up := m.procs[i] != nil
-		m.mu.Unlock()
-		if up {
-			_ = m.Kill(i)
-		}
-	}
-	return nil
 }
 
 // --- supervisor hosts --------------------------------------------------------

@@ -2,8 +2,9 @@ package supervisor_test
 
 // The singleton invariant under chaos: several `coordrun run` supervisors
 // (the real binary) contend for one lock on a 3-member ensemble of real
-// `coordrun server` processes, while a seeded schedule kills and pauses
-// members and kills, stops, cuts off and freezes the holder. Their job
+// `coordrun server` processes (ensemble/chaos), while a seeded schedule
+// kills, pauses and isolates members and kills, stops, cuts off and
+// freezes the holder. Their job
 // writes to a store fenced by fencing.Guard. Afterwards the records must
 // show one holder at a time, rising tokens, and a store that took no
 // write of a holder after a newer holder's.
@@ -26,21 +27,29 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coordrun/coordrun/ensemble/chaos"
 	"github.com/coordrun/coordrun/fencing"
 	"github.com/coordrun/coordrun/supervisor"
 )
 
 // Fault kinds.
 const (
-	faultLeaderKill   = "leader-kill"   // kill -9 of the leading member, restart after a while
-	faultMemberPause  = "member-pause"  // SIGSTOP of a member, SIGCONT after a while
-	faultSupKill      = "sup-kill"      // kill -9 of the holding supervisor
-	faultSupStop      = "sup-stop"      // SIGSTOP of the holding supervisor alone past its session
-	faultSupCut       = "sup-cut"       // the holding supervisor cut off from every member
-	faultHolderFreeze = "holder-freeze" // supervisor, watchdog and job stopped past the session
+	faultLeaderKill      = "leader-kill"       // kill -9 of the leading member, restart after a while
+	faultMemberPause     = "member-pause"      // SIGSTOP of a member, SIGCONT after a while
+	faultLeaderPartition = "leader-partition"  // the leader cut off from the other members, healed after a while
+	faultMemberClientCut = "member-client-cut" // a member unreachable for clients, healed after a while
+	faultSupKill         = "sup-kill"          // kill -9 of the holding supervisor
+	faultSupStop         = "sup-stop"          // SIGSTOP of the holding supervisor alone past its session
+	faultSupCut          = "sup-cut"           // the holding supervisor cut off from every member
+	faultHolderFreeze    = "holder-freeze"     // supervisor, watchdog and job stopped past the session
 )
 
-var chaosFaultKinds = []string{faultLeaderKill, faultMemberPause, faultSupKill, faultSupStop, faultSupCut, faultHolderFreeze}
+// The short run injects each of these once; the long one draws from
+// these and chaosExtraKinds.
+var (
+	chaosFaultKinds = []string{faultLeaderKill, faultMemberPause, faultSupKill, faultSupStop, faultSupCut, faultHolderFreeze}
+	chaosExtraKinds = []string{faultLeaderPartition, faultMemberClientCut}
+)
 
 // chaosHosts is how many supervisors contend: enough that one is always
 // waiting while another is faulted.
@@ -78,8 +87,13 @@ func TestChaosSingleton(t *testing.T) {
 		}
 	})
 	r := newRig(t, &backend{name: "coordrun server processes"})
+	clusterLog, err := os.Create(filepath.Join(dir, "cluster.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { clusterLog.Close() })
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	members, err := startMemberProcs(ctx, r, dir, 3)
+	members, err := chaos.Start(ctx, chaos.Config{Bin: e2eBin, Dir: filepath.Join(dir, "ensemble"), Members: 3, Log: clusterLog})
 	cancel()
 	if err != nil {
 		t.Fatalf("starting the ensemble: %v", err)
@@ -100,8 +114,9 @@ func TestChaosSingleton(t *testing.T) {
 			w.inject(k)
 		}
 	} else {
+		kinds := append(append([]string(nil), chaosFaultKinds...), chaosExtraKinds...)
 		for time.Since(began) < duration {
-			w.inject(chaosFaultKinds[w.rng.Intn(len(chaosFaultKinds))])
+			w.inject(kinds[w.rng.Intn(len(kinds))])
 		}
 	}
 	w.shutdown()
@@ -126,7 +141,7 @@ func TestChaosSingleton(t *testing.T) {
 type chaosWorld struct {
 	t       *testing.T
 	r       *rig
-	members chaosMembers
+	members *chaos.Cluster
 	dir     string
 	seed    int64
 	rng     *rand.Rand // the schedule's; used by the test goroutine only
@@ -149,7 +164,7 @@ type chaosWorld struct {
 	began      time.Time
 }
 
-func newChaosWorld(t *testing.T, r *rig, m chaosMembers, dir string, seed int64) *chaosWorld {
+func newChaosWorld(t *testing.T, r *rig, m *chaos.Cluster, dir string, seed int64) *chaosWorld {
 	f, err := os.Create(filepath.Join(dir, chaosFaultLog))
 	if err != nil {
 		t.Fatal(err)
@@ -190,7 +205,7 @@ func (w *chaosWorld) shutdown() {
 		// Watchdogs and jobs whose supervisor died end by themselves;
 		// killAll makes sure before the records are read.
 		w.r.killAll()
-		_ = w.members.Close()
+		w.members.Close()
 	})
 }
 
@@ -255,7 +270,7 @@ func (w *chaosWorld) inject(kind string) {
 	w.t.Helper()
 	w.faults[kind]++
 	switch kind {
-	case faultLeaderKill, faultMemberPause:
+	case faultLeaderKill, faultMemberPause, faultLeaderPartition, faultMemberClientCut:
 		w.memberFault(kind)
 	default:
 		w.holderFault(kind)
@@ -283,7 +298,7 @@ func (w *chaosWorld) memberFault(kind string) {
 		w.logf("%s: restart member %d", kind, i+1)
 		err = w.members.Restart(i)
 	case faultMemberPause:
-		i := w.rng.Intn(3)
+		i := w.rng.Intn(w.members.N())
 		w.logf("%s: member %d", kind, i+1)
 		if err := w.members.Pause(i); err != nil {
 			w.t.Fatal(err)
@@ -291,6 +306,23 @@ func (w *chaosWorld) memberFault(kind string) {
 		w.pace(500*time.Millisecond, 2*time.Second)
 		w.logf("%s: resume member %d", kind, i+1)
 		err = w.members.Resume(i)
+	case faultLeaderPartition:
+		var i int
+		if i, err = w.members.Leader(ctx); err != nil {
+			w.t.Fatal(err)
+		}
+		w.logf("%s: member %d (leader) alone", kind, i+1)
+		w.members.Partition([]int{i})
+		w.pace(time.Second, 3*time.Second)
+		w.logf("%s: heal", kind)
+		w.members.Heal()
+	case faultMemberClientCut:
+		i := w.rng.Intn(w.members.N())
+		w.logf("%s: member %d", kind, i+1)
+		w.members.CutClients(i, true)
+		w.pace(500*time.Millisecond, 2500*time.Millisecond)
+		w.logf("%s: heal member %d", kind, i+1)
+		w.members.CutClients(i, false)
 	}
 	if err != nil {
 		w.t.Fatal(err)
@@ -409,20 +441,27 @@ func (w *chaosWorld) freeze(target chaosRec, inc *chaosIncarnation) {
 	stopped := supervisor.BoottimeNow()
 	w.logf("%s: stopped %s: pids %v", kind, target.host, pids)
 
+	// A job stopped inside Guard.Do holds the guard's lock: the successor
+	// then waits for it, and after the thaw the frozen job's write in
+	// progress (checked before the freeze) lands first, and maybe a few
+	// more before the successor wins the lock.
+	inDo := holdsFlock(target.pid)
 	succ := w.awaitStartAbove(target.token, sessionTimeout+10*time.Second, kind+": a successor")
-	// The successor's first write raises the store's mark, unless the
-	// frozen job stopped inside Guard.Do and holds the guard's lock;
-	// then the successor waits for it, and the thaw lets both go on.
-	wrote := pollFor(5*time.Second, func() bool {
-		for _, x := range readChaosRecs(filepath.Join(w.dir, chaosStore)) {
-			if x.token > target.token {
-				return true
+	if !inDo {
+		wrote := pollFor(10*time.Second, func() bool {
+			for _, x := range readChaosRecs(filepath.Join(w.dir, chaosStore)) {
+				if x.token > target.token {
+					return true
+				}
 			}
+			return false
+		})
+		if !wrote {
+			w.problem("%s: the successor %s (token %d) wrote nothing within 10s though the store was free", kind, succ.host, succ.token)
 		}
-		return false
-	})
-	w.logf("%s: %s took over with token %d (its first write accepted before the thaw: %v); SIGCONT to job %d",
-		kind, succ.host, succ.token, wrote, target.pid)
+	}
+	w.logf("%s: %s took over with token %d (the frozen job holds the store's lock: %v); SIGCONT to job %d",
+		kind, succ.host, succ.token, inDo, target.pid)
 
 	resumed := supervisor.BoottimeNow()
 	w.frozen[target.token] = chaosFreeze{stopped: stopped, resumed: resumed}
@@ -443,6 +482,18 @@ func (w *chaosWorld) freeze(target chaosRec, inc *chaosIncarnation) {
 	}
 	w.logf("%s: resumed %s; its job refused: %v", kind, target.host, refused)
 	w.awaitExit(kind, inc, 15*time.Second, supervisor.ExitSessionLost)
+}
+
+// holdsFlock reports whether pid holds (not waits for) a flock(2) lock,
+// by /proc/locks.
+func holdsFlock(pid int) bool {
+	b, _ := os.ReadFile("/proc/locks")
+	for _, l := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(l); len(f) > 4 && f[1] == "FLOCK" && f[4] == strconv.Itoa(pid) {
+			return true
+		}
+	}
+	return false
 }
 
 // exitProblems lists supervisors that ended in a way nothing explains:
