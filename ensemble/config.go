@@ -103,6 +103,10 @@ type Config struct {
 	// to learn every member's address before any starts).
 	PeerListener   net.Listener
 	ClientListener net.Listener
+
+	// commitTimeout overrides raft's CommitTimeout (tests: a long one shows
+	// that followers learn commits from the commit pusher).
+	commitTimeout time.Duration
 }
 
 const (

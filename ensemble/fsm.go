@@ -42,6 +42,9 @@ type fsm struct {
 	afterApply func(txn *tree.Txn, res *tree.Result, zxid int64)
 	// afterRestore runs under mu (write) after a snapshot replaced the tree.
 	afterRestore func()
+	// afterBatch runs after a batch, outside mu, with the index and term
+	// of its last command.
+	afterBatch func(index, term uint64)
 }
 
 func newFSM() *fsm {
@@ -58,10 +61,12 @@ func (f *fsm) ApplyBatch(logs []*raft.Log) []interface{} {
 	out := make([]interface{}, len(logs))
 	f.mu.Lock()
 	var last int64
+	var lastTerm uint64
 	for i, l := range logs {
 		if l.Type != raft.LogCommand {
 			continue
 		}
+		lastTerm = l.Term
 		zxid := int64(l.Index)
 		var txn tree.Txn
 		if err := txn.UnmarshalBinary(l.Data); err != nil {
@@ -84,6 +89,9 @@ func (f *fsm) ApplyBatch(logs []*raft.Log) []interface{} {
 	f.mu.Unlock()
 	if last != 0 {
 		f.wake()
+		if f.afterBatch != nil {
+			f.afterBatch(uint64(last), lastTerm)
+		}
 	}
 	return out
 }

@@ -50,6 +50,7 @@ type Member struct {
 	log    *slog.Logger
 	raft   *raft.Raft
 	trans  *raft.NetworkTransport
+	push   *commitPusher
 	mux    *peerMux
 	store  *raftboltdb.BoltStore
 	fsm    *fsm
@@ -184,7 +185,12 @@ func (m *Member) startRaft() error {
 	// stops acting (extending leases, expiring sessions) before followers
 	// can elect its successor.
 	rc.LeaderLeaseTimeout = cfg.HeartbeatTimeout / 2
+	// With nothing to replicate, raft tells followers the commit index
+	// after this long; the commit pusher usually has already.
 	rc.CommitTimeout = 5 * time.Millisecond
+	if cfg.commitTimeout > 0 {
+		rc.CommitTimeout = cfg.commitTimeout
+	}
 	rc.MaxAppendEntries = 512
 	rc.BatchApplyCh = true
 	rc.SnapshotThreshold = cfg.SnapshotThreshold
@@ -212,11 +218,14 @@ func (m *Member) startRaft() error {
 			return fmt.Errorf("bootstrap: %w", err)
 		}
 	}
-	r, err := raft.NewRaft(rc, m.fsm, m.metrics.timeLogStore(store), store, snaps, m.trans)
+	m.push = newCommitPusher(m.trans)
+	m.fsm.afterBatch = m.push.applied
+	r, err := raft.NewRaft(rc, m.fsm, m.metrics.timeLogStore(store), store, snaps, &pushTransport{m.trans, m.push})
 	if err != nil {
 		return fmt.Errorf("raft: %w", err)
 	}
 	m.raft = r
+	m.push.raft.Store(r)
 	return nil
 }
 
@@ -274,6 +283,9 @@ func (m *Member) closeRaft() error {
 		err = m.raft.Shutdown().Error()
 	}
 	m.pool.closeAll()
+	if m.push != nil {
+		m.push.close()
+	}
 	if m.trans != nil {
 		m.trans.Close()
 	}
