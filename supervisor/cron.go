@@ -515,7 +515,7 @@ func (s *cronHost) runFiring(ctx context.Context, j *CronJob, node string, rec *
 	ro.Name, ro.Argv, ro.Signals = j.Name, j.Argv, sigs
 	extra := []string{fencing.EnvScheduledTime + "=" + rec.Scheduled.Format(time.RFC3339)}
 	s.log.Info("running", "job", j.Name, "scheduled", rec.Scheduled.Format(time.RFC3339), "token", e.czxid)
-	code, err := runHeld(ro, s.c, s.leases, e, s.margin, extra, s.log)
+	code, err := runHeld(ro, s.c, s.leases, e, s.margin, nil, jobEnv(ro, e, extra), s.log)
 	rec.End = time.Now().UTC()
 	rec.ExitCode = &code
 	rec.State = "done"

@@ -37,9 +37,12 @@ type guardedJob struct {
 	result  JobResult
 }
 
-// startGuarded starts exe (the coordrun binary) as a watchdog that runs
-// argv with the given environment.
-func startGuarded(exe string, argv, env []string, grace time.Duration, deadline Boottime) (*guardedJob, error) {
+// spawnGuarded starts exe (the coordrun binary) as a watchdog armed to run
+// argv with the given environment: it waits for Go. Starting it ahead of
+// time takes the process start (the Go runtime, the command line) off a
+// lock handoff's critical path. Close (or the supervisor's death) before Go
+// makes it exit without running anything.
+func spawnGuarded(exe string, argv, env []string, grace time.Duration) (*guardedJob, error) {
 	ctrlR, ctrlW, err := os.Pipe()
 	if err != nil {
 		return nil, err
@@ -50,7 +53,7 @@ func startGuarded(exe string, argv, env []string, grace time.Duration, deadline 
 		ctrlW.Close()
 		return nil, err
 	}
-	args := append([]string{WatchdogCommand, "--grace", grace.String(), "--deadline", strconv.FormatInt(int64(deadline), 10), "--"}, argv...)
+	args := append([]string{WatchdogCommand, "--grace", grace.String(), "--armed", "--"}, argv...)
 	wd := exec.Command(exe, args...)
 	wd.Stdin, wd.Stdout, wd.Stderr = os.Stdin, os.Stdout, os.Stderr
 	wd.Env = env
@@ -81,7 +84,7 @@ func (j *guardedJob) readReports(r *os.File) {
 	defer r.Close()
 	sc := bufio.NewScanner(r)
 	got := false
-	for sc.Scan() {
+	for !got && sc.Scan() {
 		f := strings.Fields(sc.Text())
 		switch {
 		case len(f) == 2 && f[0] == "P":
@@ -94,10 +97,10 @@ func (j *guardedJob) readReports(r *os.File) {
 			got = true
 		}
 	}
-	err := j.wd.Wait()
 	if !got {
 		// The watchdog itself died without reporting (killed with
 		// SIGKILL): its job may not have been reaped, so say so.
+		err := j.wd.Wait()
 		code := 1
 		if ee, ok := err.(*exec.ExitError); ok {
 			code = ee.ExitCode()
@@ -105,10 +108,17 @@ func (j *guardedJob) readReports(r *os.File) {
 		j.result = JobResult{Code: code, Reason: "watchdog-died"}
 	}
 	j.mu.Lock()
-	j.ctrl.Close()
-	j.ctrl = nil
+	if j.ctrl != nil {
+		j.ctrl.Close()
+		j.ctrl = nil
+	}
 	j.mu.Unlock()
+	// The report comes after the job's whole group is gone, so the lock
+	// may go now; the watchdog's own exit is reaped below.
 	close(j.done)
+	if got {
+		_ = j.wd.Wait()
+	}
 }
 
 func (j *guardedJob) send(format string, args ...any) {
@@ -116,6 +126,20 @@ func (j *guardedJob) send(format string, args ...any) {
 	defer j.mu.Unlock()
 	if j.ctrl != nil {
 		fmt.Fprintf(j.ctrl, format+"\n", args...)
+	}
+}
+
+// Go lets an armed watchdog start the job, to be killed by deadline.
+func (j *guardedJob) Go(deadline Boottime) { j.send("G %d", int64(deadline)) }
+
+// Disarm ends a watchdog that has not been told to Go; it exits without
+// starting the job. Done closes once it has.
+func (j *guardedJob) Disarm() {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.ctrl != nil {
+		j.ctrl.Close()
+		j.ctrl = nil
 	}
 }
 

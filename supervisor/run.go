@@ -186,13 +186,34 @@ func Run(ctx context.Context, o Options) (int, error) {
 		}
 	}()
 
-	code, err := waitForLock(ctx, o, c, e, log)
+	// Next in line, the watchdog is started ahead (armed, not yet running
+	// the job), so the handoff does not wait for a process start.
+	var armed *guardedJob
+	env := jobEnv(o, e, nil)
+	code, err := waitForLock(ctx, o, c, e, log, func(st QueueStatus) {
+		if armed == nil && !o.Try && st.Position == 1 {
+			// On error, the start is tried again once the lock is held,
+			// where its failure is reported.
+			armed, _ = spawnGuarded(o.Exe, o.Argv, env, o.KillGrace)
+		}
+	})
 	if err != nil || code != 0 {
+		if armed != nil {
+			armed.Disarm()
+			<-armed.Done()
+		}
 		return code, err
 	}
 	held = true
+	disarm := func() {
+		if armed != nil {
+			armed.Disarm()
+			<-armed.Done()
+		}
+	}
 	unclean, err := e.markHeld(ctx)
 	if err != nil {
+		disarm()
 		return ExitSessionLost, fmt.Errorf("record holder: %w", err)
 	}
 	if unclean && o.LockDelay > 0 {
@@ -200,17 +221,20 @@ func Run(ctx context.Context, o Options) (int, error) {
 		select {
 		case <-time.After(o.LockDelay):
 		case <-c.Done():
+			disarm()
 			return ExitSessionLost, fmt.Errorf("session lost during lock-delay: %w", c.Err())
 		case <-ctx.Done():
+			disarm()
 			return ExitUsage, ctx.Err()
 		}
 	}
 	log.Info("lock acquired; starting job", "lock", o.Name, "node", e.node, "token", e.czxid)
 	leases := newLeaseFanout(c)
-	return runHeld(o, c, leases, e, margin, nil, log)
+	return runHeld(o, c, leases, e, margin, armed, env, log)
 }
 
-func waitForLock(ctx context.Context, o Options, c *client.Client, e *entry, log *slog.Logger) (int, error) {
+// waitForLock waits in the queue; onStatus sees every change of position.
+func waitForLock(ctx context.Context, o Options, c *client.Client, e *entry, log *slog.Logger, onStatus func(QueueStatus)) (int, error) {
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	if o.Timeout > 0 {
@@ -234,7 +258,10 @@ func waitForLock(ctx context.Context, o Options, c *client.Client, e *entry, log
 		}
 	}()
 	sl := newStatusLine(o.Status, o.TTY, o.Name, log)
-	err := e.wait(wctx, o.Try, sl.update)
+	err := e.wait(wctx, o.Try, func(st QueueStatus) {
+		sl.update(st)
+		onStatus(st)
+	})
 	sl.clear()
 	select {
 	case s := <-stopSigs:
@@ -255,21 +282,31 @@ func waitForLock(ctx context.Context, o Options, c *client.Client, e *entry, log
 	return ExitUsage, err
 }
 
-// runHeld runs the job under the watchdog while feeding it each new lease
-// deadline, and maps how it ended to an exit code.
-func runHeld(o Options, c *client.Client, leases *leaseFanout, e *entry, margin time.Duration, extraEnv []string, log *slog.Logger) (int, error) {
+// jobEnv is the job's environment: the caller's, the lock's identity and
+// its fencing token, then extra.
+func jobEnv(o Options, e *entry, extra []string) []string {
 	env := append(append([]string(nil), o.Env...),
 		fencing.EnvVar+"="+strconv.FormatInt(e.czxid, 10),
 		fencing.EnvLock+"="+o.Name,
 		fencing.EnvLockNode+"="+e.node)
-	env = append(env, extraEnv...)
+	return append(env, extra...)
+}
+
+// runHeld runs the job under a watchdog (armed: started ahead with env, or
+// nil: started now) while feeding it each new lease deadline, and maps how
+// it ended to an exit code.
+func runHeld(o Options, c *client.Client, leases *leaseFanout, e *entry, margin time.Duration, armed *guardedJob, env []string, log *slog.Logger) (int, error) {
 	updates, unsubscribe := leases.subscribe()
 	defer unsubscribe()
 	deadline := func(lease time.Time) Boottime { return BoottimeAt(lease.Add(-margin)) }
-	job, err := startGuarded(o.Exe, o.Argv, env, o.KillGrace, deadline(c.Lease()))
-	if err != nil {
-		return ExitUsage, err
+	job := armed
+	if job == nil {
+		var err error
+		if job, err = spawnGuarded(o.Exe, o.Argv, env, o.KillGrace); err != nil {
+			return ExitUsage, err
+		}
 	}
+	job.Go(deadline(c.Lease()))
 	sessionLost := false
 	for {
 		select {

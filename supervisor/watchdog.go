@@ -64,6 +64,7 @@ type WatchdogConfig struct {
 	Argv     []string      // the job
 	Grace    time.Duration // SIGTERM to SIGKILL
 	Deadline Boottime      // the first kill deadline
+	Armed    bool          // wait for "G <deadline>" on Control before starting the job
 	Control  io.Reader     // from the supervisor
 	Report   io.Writer     // to the supervisor
 }
@@ -88,6 +89,24 @@ func RunWatchdog(cfg WatchdogConfig) int {
 		}
 	}()
 
+	ctrl := make(chan string, 16)
+	go func() {
+		sc := bufio.NewScanner(cfg.Control)
+		for sc.Scan() {
+			ctrl <- sc.Text()
+		}
+		close(ctrl)
+	}()
+	deadline := cfg.Deadline
+	if cfg.Armed {
+		var ok bool
+		if deadline, ok = awaitGo(ctrl, sigs); !ok {
+			// Disarmed, or the supervisor is gone: nothing ran.
+			fmt.Fprintf(cfg.Report, "X 0 0 %s\n", ReasonOrphaned)
+			return 0
+		}
+	}
+
 	cmd := exec.Command(cfg.Argv[0], cfg.Argv[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -103,21 +122,12 @@ func RunWatchdog(cfg WatchdogConfig) int {
 	pgid := cmd.Process.Pid
 	fmt.Fprintf(cfg.Report, "P %d\n", pgid)
 
-	ctrl := make(chan string, 16)
-	go func() {
-		sc := bufio.NewScanner(cfg.Control)
-		for sc.Scan() {
-			ctrl <- sc.Text()
-		}
-		close(ctrl)
-	}()
 	exited := make(chan syscall.WaitStatus, 1)
 	go func() {
 		_ = cmd.Wait()
 		exited <- cmd.ProcessState.Sys().(syscall.WaitStatus)
 	}()
 
-	deadline := cfg.Deadline
 	reason := ""
 	termSent := false
 	var stopAt Boottime   // when stopping on request: KILL after grace
@@ -193,6 +203,31 @@ func RunWatchdog(cfg WatchdogConfig) int {
 		case <-sigs:
 			stop(ReasonOrphaned)
 		case <-timer.C:
+		}
+	}
+}
+
+// awaitGo waits for the supervisor's go-ahead and returns the deadline it
+// names; false if the control pipe closed, a stop was asked for or TERM
+// arrived first.
+func awaitGo(ctrl <-chan string, sigs <-chan os.Signal) (Boottime, bool) {
+	for {
+		select {
+		case line, ok := <-ctrl:
+			if !ok {
+				return 0, false
+			}
+			f := strings.Fields(line)
+			if len(f) == 2 && f[0] == "G" {
+				if d, err := strconv.ParseInt(f[1], 10, 64); err == nil {
+					return Boottime(d), true
+				}
+			}
+			if len(f) == 1 && f[0] == "K" {
+				return 0, false
+			}
+		case <-sigs:
+			return 0, false
 		}
 	}
 }

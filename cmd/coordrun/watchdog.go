@@ -14,12 +14,13 @@ import (
 // on fd 4.
 func newWatchdogCommand() *cobra.Command {
 	cmd := &cobra.Command{
-		Use:    supervisor.WatchdogCommand + " --grace D --deadline NS -- command...",
+		Use:    supervisor.WatchdogCommand + " --grace D (--deadline NS | --armed) -- command...",
 		Hidden: true,
 		Args:   cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			grace, _ := cmd.Flags().GetDuration("grace")
 			dl, _ := cmd.Flags().GetString("deadline")
+			armed, _ := cmd.Flags().GetBool("armed")
 			deadline, err := strconv.ParseInt(dl, 10, 64)
 			if err != nil {
 				return usageError{err}
@@ -28,6 +29,7 @@ func newWatchdogCommand() *cobra.Command {
 				Argv:     args,
 				Grace:    grace,
 				Deadline: supervisor.Boottime(deadline),
+				Armed:    armed,
 				Control:  os.NewFile(3, "control"),
 				Report:   os.NewFile(4, "report"),
 			})
@@ -39,5 +41,6 @@ func newWatchdogCommand() *cobra.Command {
 	}
 	cmd.Flags().Duration("grace", 2*time.Second, "")
 	cmd.Flags().String("deadline", "0", "")
+	cmd.Flags().Bool("armed", false, "")
 	return cmd
 }
