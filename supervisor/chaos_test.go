@@ -269,62 +269,54 @@ func (w *chaosWorld) awaitProgress(what string) {
 func (w *chaosWorld) inject(kind string) {
 	w.t.Helper()
 	w.faults[kind]++
-	switch kind {
-	case faultLeaderKill, faultMemberPause, faultLeaderPartition, faultMemberClientCut:
+	if _, ok := chaosMemberFaults[kind]; ok {
 		w.memberFault(kind)
-	default:
+	} else {
 		w.holderFault(kind)
 	}
 	w.awaitProgress(kind)
 	w.pace(100*time.Millisecond, 600*time.Millisecond)
 }
 
+// chaosMemberFaults: on which member (the leader, or any), what is done
+// to it, for how long, and how it is undone.
+var chaosMemberFaults = map[string]struct {
+	leader      bool
+	apply, heal func(c *chaos.Cluster, i int) error
+	lo, hi      time.Duration
+}{
+	faultLeaderKill:  {true, (*chaos.Cluster).Kill, (*chaos.Cluster).Restart, 300 * time.Millisecond, 1500 * time.Millisecond},
+	faultMemberPause: {false, (*chaos.Cluster).Pause, (*chaos.Cluster).Resume, 500 * time.Millisecond, 2 * time.Second},
+	faultLeaderPartition: {true,
+		func(c *chaos.Cluster, i int) error { c.Partition([]int{i}); return nil },
+		func(c *chaos.Cluster, i int) error { c.Heal(); return nil },
+		time.Second, 3 * time.Second},
+	faultMemberClientCut: {false,
+		func(c *chaos.Cluster, i int) error { c.CutClients(i, true); return nil },
+		func(c *chaos.Cluster, i int) error { c.CutClients(i, false); return nil },
+		500 * time.Millisecond, 2500 * time.Millisecond},
+}
+
 func (w *chaosWorld) memberFault(kind string) {
 	w.t.Helper()
+	f := chaosMemberFaults[kind]
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	var err error
-	switch kind {
-	case faultLeaderKill:
-		var i int
+	i, who := w.rng.Intn(w.members.N()), ""
+	if f.leader {
+		var err error
 		if i, err = w.members.Leader(ctx); err != nil {
 			w.t.Fatal(err)
 		}
-		w.logf("%s: member %d (leader)", kind, i+1)
-		if err := w.members.Kill(i); err != nil {
-			w.t.Fatal(err)
-		}
-		w.pace(300*time.Millisecond, 1500*time.Millisecond)
-		w.logf("%s: restart member %d", kind, i+1)
-		err = w.members.Restart(i)
-	case faultMemberPause:
-		i := w.rng.Intn(w.members.N())
-		w.logf("%s: member %d", kind, i+1)
-		if err := w.members.Pause(i); err != nil {
-			w.t.Fatal(err)
-		}
-		w.pace(500*time.Millisecond, 2*time.Second)
-		w.logf("%s: resume member %d", kind, i+1)
-		err = w.members.Resume(i)
-	case faultLeaderPartition:
-		var i int
-		if i, err = w.members.Leader(ctx); err != nil {
-			w.t.Fatal(err)
-		}
-		w.logf("%s: member %d (leader) alone", kind, i+1)
-		w.members.Partition([]int{i})
-		w.pace(time.Second, 3*time.Second)
-		w.logf("%s: heal", kind)
-		w.members.Heal()
-	case faultMemberClientCut:
-		i := w.rng.Intn(w.members.N())
-		w.logf("%s: member %d", kind, i+1)
-		w.members.CutClients(i, true)
-		w.pace(500*time.Millisecond, 2500*time.Millisecond)
-		w.logf("%s: heal member %d", kind, i+1)
-		w.members.CutClients(i, false)
+		who = " (leader)"
 	}
-	if err != nil {
+	w.logf("%s: member %d%s", kind, i+1, who)
+	if err := f.apply(w.members, i); err != nil {
+		w.t.Fatal(err)
+	}
+	w.pace(f.lo, f.hi)
+	w.logf("%s: undone on member %d", kind, i+1)
+	if err := f.heal(w.members, i); err != nil {
 		w.t.Fatal(err)
 	}
 	if err := w.members.WaitHealthy(ctx); err != nil {
