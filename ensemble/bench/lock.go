@@ -64,6 +64,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"text/tabwriter"
 	"time"
@@ -435,13 +436,13 @@ func (r *handoffResult) summarize(spans []stamp, gateReleased time.Time) {
 	}
 }
 
-func (r *handoffResult) setNotifications(before, after float64) {
+// setNotifications records the notifications sent over releases that
+// had a waiter: the gate's and every measured holder's but the last.
+func (r *handoffResult) setNotifications(before, after float64, releases int) {
 	r.Notifications = -1
 	if before >= 0 && after >= 0 {
 		r.Notifications = after - before
-		// Releases that had a waiter: the gate's and every holder's but
-		// the last.
-		r.NotifPerRelease = r.Notifications / float64(r.Waiters)
+		r.NotifPerRelease = r.Notifications / float64(releases)
 	}
 }
 
@@ -532,7 +533,7 @@ func runHandoff(ctx context.Context, e *lockEnv, s *system, name string, n int) 
 		}
 	}
 	res.summarize(spans, released)
-	res.setNotifications(before, after)
+	res.setNotifications(before, after, n)
 	return res, nil
 }
 
@@ -601,10 +602,18 @@ func (e *lockEnv) watchHandoff(ctx context.Context, c *zk.Conn, dir string, proc
 	}
 }
 
+// errStopped ends a waiter that is no longer measured.
+var errStopped = errors.New("measurement over")
+
 // runGoLock is one handoff run of n go-zookeeper sessions in this process
-// with recipe "pred" or "herd".
-func runGoLock(ctx context.Context, s *system, recipe string, n int) (handoffResult, error) {
+// with recipe "pred" or "herd", measuring the first limit holders (all
+// when limit <= 0). The limit-th holder keeps the lock, and the waiters
+// behind it stop.
+func runGoLock(ctx context.Context, s *system, recipe string, n, limit int) (handoffResult, error) {
 	res := handoffResult{Workload: recipe, System: s.name, Waiters: n}
+	if limit <= 0 || limit > n {
+		limit = n
+	}
 	dir := fmt.Sprintf("/bench-lock/%s-%d", recipe, n)
 	order := s.clientOrder()
 	c, err := connect(ctx, order[0])
@@ -618,10 +627,11 @@ func runGoLock(ctx context.Context, s *system, recipe string, n int) (handoffRes
 	}
 	conns := make([]*zk.Conn, n)
 	defer closeAll(conns)
-	for i := range conns {
-		if conns[i], err = connect(ctx, order[i%len(order)]); err != nil {
-			return res, err
-		}
+	if err := parallelLimit(n, 32, func(i int) (err error) {
+		conns[i], err = connect(ctx, order[i%len(order)])
+		return err
+	}); err != nil {
+		return res, err
 	}
 	// Phase 1: everyone queues; phase 2: everyone arms its first watch.
 	// Apart, so that no create wakes a watcher before the measurement.
@@ -694,6 +704,9 @@ func runGoLock(ctx context.Context, s *system, recipe string, n int) (handoffRes
 		return res, err
 	}
 	spans := make([]stamp, n)
+	holds := make([]bool, n)
+	var holders atomic.Int64
+	stopCh := make(chan struct{})
 	wctx, cancel := context.WithTimeout(ctx, 30*time.Second+time.Duration(n)*time.Second)
 	defer cancel()
 	var lost sync.Mutex // guards res.Lost
@@ -708,6 +721,8 @@ func runGoLock(ctx context.Context, s *system, recipe string, n int) (handoffRes
 				return false, ev.Err
 			case <-wctx.Done():
 				return false, wctx.Err()
+			case <-stopCh:
+				return false, errStopped
 			case <-time.After(stallAfter):
 			}
 			gone, err := changed(i, what)
@@ -740,6 +755,9 @@ func runGoLock(ctx context.Context, s *system, recipe string, n int) (handoffRes
 		for {
 			if ch != nil {
 				r, err := wait(i, ch, what)
+				if errors.Is(err, errStopped) {
+					return nil
+				}
 				if err != nil {
 					return fmt.Errorf("%s: %w", nodes[i], err)
 				}
@@ -753,6 +771,11 @@ func runGoLock(ctx context.Context, s *system, recipe string, n int) (handoffRes
 				spans[i].start = time.Now()
 				spans[i].end = time.Now()
 				spans[i].stalled = rescued
+				holds[i] = true
+				if holders.Add(1) == int64(limit) {
+					close(stopCh)
+					return nil
+				}
 				return conns[i].Delete(nodes[i], -1)
 			}
 			ch, what = next, nextWhat
@@ -766,9 +789,25 @@ func runGoLock(ctx context.Context, s *system, recipe string, n int) (handoffRes
 	if err != nil {
 		return res, err
 	}
-	res.summarize(spans, released)
-	res.setNotifications(before, after)
+	var got []stamp
+	for i, h := range holds {
+		if h {
+			got = append(got, spans[i])
+		}
+	}
+	res.summarize(got, released)
+	res.setNotifications(before, after, limit)
 	return res, nil
+}
+
+// parallelLimit is parallel with at most limit calls of f at a time.
+func parallelLimit(n, limit int, f func(i int) error) error {
+	sem := make(chan struct{}, limit)
+	return parallel(n, func(i int) error {
+		sem <- struct{}{}
+		defer func() { <-sem }()
+		return f(i)
+	})
 }
 
 // seqSuffix is the zero-padded sequence number ending a sequential name.
@@ -968,10 +1007,10 @@ type lockReport struct {
 	Walls    []wallResult    `json:"walls"`
 }
 
-// runLock runs the lock workloads on every system.
-func runLock(ctx context.Context, cfg config, systems []*system, root string) (*lockReport, error) {
-	e := &lockEnv{bin: cfg.bin, dir: filepath.Join(root, "lock")}
-	if abs, err := filepath.Abs(cfg.bin); err == nil {
+// newLockEnv prepares dir and the job for the supervisor workloads.
+func newLockEnv(bin, dir string) (*lockEnv, error) {
+	e := &lockEnv{bin: bin, dir: dir}
+	if abs, err := filepath.Abs(bin); err == nil {
 		e.bin = abs
 	}
 	if err := os.MkdirAll(e.dir, 0o755); err != nil {
@@ -982,7 +1021,16 @@ func runLock(ctx context.Context, cfg config, systems []*system, root string) (*
 		return nil, err
 	}
 	e.stamp = st
-	rep := &lockReport{Job: st.desc}
+	return e, nil
+}
+
+// runLock runs the lock workloads on every system.
+func runLock(ctx context.Context, cfg config, systems []*system, root string) (*lockReport, error) {
+	e, err := newLockEnv(cfg.bin, filepath.Join(root, "lock"))
+	if err != nil {
+		return nil, err
+	}
+	rep := &lockReport{Job: e.stamp.desc}
 
 	// Unmeasured: wakes up the JVM's and the members' lock paths.
 	for _, s := range systems {
@@ -1005,7 +1053,7 @@ func runLock(ctx context.Context, cfg config, systems []*system, root string) (*
 		for _, n := range handoffWaiters {
 			for _, s := range systems {
 				fmt.Fprintf(os.Stderr, "in-process %s lock x%d on %s ...\n", recipe, n, s.name)
-				r, err := runGoLock(ctx, s, recipe, n)
+				r, err := runGoLock(ctx, s, recipe, n, 0)
 				if err != nil {
 					return nil, fmt.Errorf("%s: %s x%d: %w", s.name, recipe, n, err)
 				}
@@ -1016,23 +1064,10 @@ func runLock(ctx context.Context, cfg config, systems []*system, root string) (*
 	for _, t := range crashTimeouts {
 		for _, s := range systems {
 			fmt.Fprintf(os.Stderr, "crash to next holder, session timeout %v, on %s ...\n", t, s.name)
-			neg, err := negotiated(ctx, s, t)
+			r, err := crashSeries(ctx, e, s, t)
 			if err != nil {
-				return nil, fmt.Errorf("%s: negotiate %v: %w", s.name, t, err)
+				return nil, err
 			}
-			r := crashResult{System: s.name, Requested: t.Seconds(), Negotiated: neg.Seconds()}
-			var ds []time.Duration
-			for i := 0; i < crashRepeats; i++ {
-				d, err := runCrash(ctx, e, s, fmt.Sprintf("crash-%v-%d", t, i), t)
-				if err != nil {
-					return nil, fmt.Errorf("%s: crash %v: %w", s.name, t, err)
-				}
-				ds = append(ds, d)
-				r.SamplesMs = append(r.SamplesMs, ms(d))
-			}
-			slices.Sort(ds)
-			r.MedianMs = ms(percentile(ds, 0.5))
-			r.OverMs = r.MedianMs - ms(neg)
 			rep.Crashes = append(rep.Crashes, r)
 		}
 	}

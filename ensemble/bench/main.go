@@ -24,6 +24,9 @@
 // Usage (make bench):
 //
 //	go run ./ensemble/bench -bin bin/coordrun [-zk=false] [-workloads kv|lock|all] [-duration 5s] [-json FILE]
+//
+// With -compare (make bench-compare) it measures coordrun against
+// ZooKeeper, etcd and bare raft instead; see compare.go.
 package main
 
 import (
@@ -56,7 +59,7 @@ type config struct {
 	clients   int
 	valueSize int
 	jsonPath  string
-	workloads string // kv, lock or all
+	workloads string // kv, lock or all; with -compare a list (compare.go)
 }
 
 func main() {
@@ -72,13 +75,52 @@ func main() {
 	flag.IntVar(&cfg.clients, "clients", 32, "clients (sessions) in the concurrent workloads")
 	flag.IntVar(&cfg.valueSize, "value-size", 100, "znode value size in bytes")
 	flag.StringVar(&cfg.jsonPath, "json", "", "also write the results as JSON to this file")
-	flag.StringVar(&cfg.workloads, "workloads", "all", "kv (setData/getData), lock (lock.go) or all")
+	flag.StringVar(&cfg.workloads, "workloads", "all", "kv (setData/getData), lock (lock.go) or all; with -compare: comma-separated of write, read, mix, pred, herd, run, crash, failover, startup, or the groups kv, lock, all")
+	compare := flag.Bool("compare", false, "compare coordrun with ZooKeeper, etcd and bare raft (compare.go)")
+	systems := flag.String("systems", strings.Join(allSystems, ","), "with -compare: systems to run, of "+strings.Join(allSystems, ","))
+	writeClients := flag.String("write-clients", "1,32,128", "with -compare: client counts of the write workloads")
+	waiters := flag.String("waiters", "10,100,1000", "with -compare: waiter counts of the pred lock workload")
+	herdWaiters := flag.String("herd-waiters", "10,100", "with -compare: waiter counts of the herd lock workload")
+	var cc compareConfig
+	flag.IntVar(&cc.maxHandoffs, "max-handoffs", 200, "with -compare: handoffs measured per lock run at most (the queue's first)")
+	flag.IntVar(&cc.repeats, "repeats", 3, "with -compare: runs of failover and startup (the median is reported)")
+	flag.StringVar(&cc.etcdBin, "etcd", "etcd", "with -compare: etcd server binary (Debian: etcd-server)")
+	flag.StringVar(&cc.plotPath, "plot", "", "with -compare: plot file, .svg or .png (default bench-compare.svg in -out or the current dir; - for none)")
+	flag.StringVar(&cc.outDir, "out", "", "with -compare: write bench-compare.{txt,json,svg} into this dir")
 	flag.Parse()
 	if cfg.duration <= 0 || cfg.warmup < 0 || cfg.clients < 1 || cfg.valueSize < 0 {
 		fmt.Fprintln(os.Stderr, "bench: -duration must be > 0, -warmup >= 0, -clients >= 1, -value-size >= 0")
 		os.Exit(2)
 	}
-	if cfg.workloads != "kv" && cfg.workloads != "lock" && cfg.workloads != "all" {
+	if *compare {
+		var err error
+		for _, name := range strings.Split(*systems, ",") {
+			if name = strings.TrimSpace(name); !slices.Contains(allSystems, name) {
+				err = fmt.Errorf("-systems: unknown system %q (want %s)", name, strings.Join(allSystems, ","))
+			} else if !slices.Contains(cc.systems, name) {
+				cc.systems = append(cc.systems, name)
+			}
+		}
+		if err == nil {
+			cc.workloads, err = parseWorkloads(cfg.workloads)
+		}
+		if err == nil {
+			cc.writeClients, err = parseInts(*writeClients)
+		}
+		if err == nil {
+			cc.waiters, err = parseInts(*waiters)
+		}
+		if err == nil {
+			cc.herdWaiters, err = parseInts(*herdWaiters)
+		}
+		if err == nil && (cc.repeats < 1 || cc.maxHandoffs < 2) {
+			err = errors.New("-repeats must be >= 1 and -max-handoffs >= 2")
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(2)
+		}
+	} else if cfg.workloads != "kv" && cfg.workloads != "lock" && cfg.workloads != "all" {
 		fmt.Fprintln(os.Stderr, "bench: -workloads must be kv, lock or all")
 		os.Exit(2)
 	}
@@ -88,7 +130,12 @@ func main() {
 		<-ctx.Done()
 		stop() // a second signal kills the harness; Pdeathsig then kills the members
 	}()
-	err := run(ctx, cfg)
+	var err error
+	if *compare {
+		err = runCompare(ctx, cfg, cc)
+	} else {
+		err = run(ctx, cfg)
+	}
 	if err != nil {
 		if ctx.Err() != nil {
 			err = fmt.Errorf("interrupted (%v)", err)
@@ -294,54 +341,129 @@ type clientStats struct {
 	firstErr error
 }
 
-// measure runs one workload: n sessions dealt over s's members, each doing
-// synchronous op requests on its own znode until the window ends.
-func measure(ctx context.Context, s *system, op string, n int, value []byte, cfg config) (result, error) {
-	res := result{Workload: op, System: s.name, Clients: n}
+// worker is one simulated client of any system: op issues one request, a
+// write or a read, and waits for its answer.
+type worker struct {
+	op    func(ctx context.Context, write bool) error
+	close func()
+}
+
+// target opens the workers of one system for one workload.
+type target struct {
+	name string
+	open func(ctx context.Context, i int) (worker, error)
+	cpu  func() time.Duration // the servers' CPU time so far; nil if not measurable
+}
+
+// zkTarget drives s through go-zookeeper: client i has its own session on
+// the i-th member of s.clientOrder() (round robin) and its own znode.
+func zkTarget(s *system, value []byte) target {
 	order := s.clientOrder()
-	conns := make([]*zk.Conn, n)
-	defer closeAll(conns)
-	for i := range conns {
+	return target{name: s.name, cpu: s.cpu, open: func(ctx context.Context, i int) (worker, error) {
 		c, err := connect(ctx, order[i%len(order)])
 		if err != nil {
-			return res, err
+			return worker{}, err
 		}
-		conns[i] = c
+		path := nodePath(i)
+		return worker{close: c.Close, op: func(_ context.Context, write bool) error {
+			if write {
+				_, err := c.Set(path, value, -1)
+				return err
+			}
+			_, _, err := c.Get(path)
+			return err
+		}}, nil
+	}}
+}
+
+// closeWorkers closes workers in parallel (a zk Close may wait up to 1s).
+func closeWorkers(ws []worker) {
+	var wg sync.WaitGroup
+	for _, w := range ws {
+		if w.close != nil {
+			wg.Add(1)
+			go func() { defer wg.Done(); w.close() }()
+		}
 	}
+	wg.Wait()
+}
+
+// openWorkers opens n workers, at most 32 at a time.
+func openWorkers(ctx context.Context, t target, n int) ([]worker, error) {
+	ws := make([]worker, n)
+	err := parallelLimit(n, 32, func(i int) (err error) {
+		ws[i], err = t.open(ctx, i)
+		return err
+	})
+	if err != nil {
+		closeWorkers(ws)
+		return nil, err
+	}
+	return ws, nil
+}
+
+// measure runs one workload of op ("setData" or "getData") with n
+// go-zookeeper sessions.
+func measure(ctx context.Context, s *system, op string, n int, value []byte, cfg config) (result, error) {
+	writeEvery := 0
+	if op == "setData" {
+		writeEvery = 1
+	}
+	return measureOps(ctx, zkTarget(s, value), op, n, writeEvery, cfg)
+}
+
+// measureOps runs one workload: n workers each issuing synchronous
+// requests until the window ends. Every writeEvery-th request of a worker
+// is a write (1: all, 0: none), the rest reads.
+func measureOps(ctx context.Context, t target, workload string, n, writeEvery int, cfg config) (result, error) {
+	res := result{Workload: workload, System: t.name, Clients: n}
+	ws, err := openWorkers(ctx, t, n)
+	if err != nil {
+		return res, err
+	}
+	var closeOnce sync.Once
+	closeAll := func() { closeOnce.Do(func() { closeWorkers(ws) }) }
+	defer closeAll()
 
 	start := time.Now()
 	from := start.Add(cfg.warmup)
 	to := from.Add(cfg.duration)
 	stats := make([]clientStats, n)
 	var wg sync.WaitGroup
-	for i, c := range conns {
+	for i, w := range ws {
 		wg.Add(1)
-		go func() { defer wg.Done(); stats[i] = drive(ctx, c, op, nodePath(i), value, from, to) }()
+		go func() { defer wg.Done(); stats[i] = drive(ctx, w, i, writeEvery, from, to) }()
 	}
 	done := make(chan struct{})
 	go func() { wg.Wait(); close(done) }()
 
+	cpu := func() time.Duration {
+		if t.cpu == nil {
+			return 0
+		}
+		return t.cpu()
+	}
 	if !sleepUntil(ctx, from) {
-		closeAll(conns)
+		closeAll()
 		<-done
 		return res, ctx.Err()
 	}
-	cpu0 := s.cpu()
+	cpu0 := cpu()
 	if !sleepUntil(ctx, to) {
-		closeAll(conns)
+		closeAll()
 		<-done
 		return res, ctx.Err()
 	}
-	cpu1 := s.cpu()
+	cpu1 := cpu()
 	// No request starts after the window; one stuck past it is cut off by
-	// closing its session.
+	// closing its client.
 	select {
 	case <-done:
 	case <-time.After(5 * time.Second):
-		closeAll(conns)
+		closeAll()
 		<-done
 	case <-ctx.Done():
-		closeAll(conns)
+		closeAll()
 		<-done
 		return res, ctx.Err()
 	}
@@ -359,27 +481,23 @@ func measure(ctx context.Context, s *system, op string, n int, value []byte, cfg
 	res.OpsPerSec = float64(len(all)) / cfg.duration.Seconds()
 	res.P50Ms = ms(percentile(all, 0.50))
 	res.P99Ms = ms(percentile(all, 0.99))
-	if len(all) > 0 {
+	if len(all) > 0 && t.cpu != nil {
 		res.CPUPerOpUs = float64((cpu1 - cpu0).Microseconds()) / float64(len(all))
 	}
 	return res, nil
 }
 
-// drive issues requests back to back until the window [from, to] ends,
-// recording those that complete inside it.
-func drive(ctx context.Context, c *zk.Conn, op, path string, value []byte, from, to time.Time) clientStats {
+// drive issues worker w's (number i's) requests back to back until the
+// window [from, to] ends, recording those that complete inside it. The
+// offset i spreads the writes of a mix over time.
+func drive(ctx context.Context, w worker, i, writeEvery int, from, to time.Time) clientStats {
 	st := clientStats{lat: make([]time.Duration, 0, 1<<14)}
-	for ctx.Err() == nil {
+	for k := i; ctx.Err() == nil; k++ {
 		t0 := time.Now()
 		if !t0.Before(to) {
 			break
 		}
-		var err error
-		if op == "setData" {
-			_, err = c.Set(path, value, -1)
-		} else {
-			_, _, err = c.Get(path)
-		}
+		err := w.op(ctx, writeEvery > 0 && k%writeEvery == 0)
 		t1 := time.Now()
 		inWindow := !t1.Before(from) && !t1.After(to)
 		switch {
@@ -390,7 +508,7 @@ func drive(ctx context.Context, c *zk.Conn, op, path string, value []byte, from,
 					st.firstErr = err
 				}
 			}
-			time.Sleep(10 * time.Millisecond) // don't spin on a broken session
+			time.Sleep(10 * time.Millisecond) // pacing: don't spin on a broken client
 		case inWindow:
 			st.lat = append(st.lat, t1.Sub(t0))
 		}

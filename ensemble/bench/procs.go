@@ -82,6 +82,20 @@ func startProc(name, logPath string, argv ...string) (*proc, error) {
 
 func (p *proc) pid() int { return p.cmd.Process.Pid }
 
+// restart starts p's command again (after it exited), logging to a new
+// file next to the old log.
+func (p *proc) restart() (*proc, error) {
+	if !p.exited() {
+		return nil, fmt.Errorf("%s: restart while running", p.name)
+	}
+	for i := 1; ; i++ {
+		log := fmt.Sprintf("%s.%d", p.logPath, i)
+		if _, err := os.Stat(log); errors.Is(err, os.ErrNotExist) {
+			return startProc(p.name, log, p.cmd.Args...)
+		}
+	}
+}
+
 func (p *proc) exited() bool {
 	select {
 	case <-p.done:
@@ -197,6 +211,26 @@ func (s *system) addrs() []string {
 // startCoordrun starts three coordrun members under dir and waits until
 // `coordrun ensemble status --wait` calls the ensemble healthy.
 func startCoordrun(ctx context.Context, bin, dir string) (*system, error) {
+	sys, err := launchCoordrun(bin, dir)
+	if err != nil {
+		return sys, err
+	}
+	var out bytes.Buffer
+	st := exec.CommandContext(ctx, bin, "ensemble", "status", "--servers", strings.Join(sys.addrs(), ","), "--wait", "20s")
+	st.Stdout, st.Stderr = &out, &out
+	err = startCmd(st)
+	if err == nil {
+		err = st.Wait()
+	}
+	if err != nil {
+		return sys, fmt.Errorf("coordrun ensemble not healthy: %v\n%s%s", err, out.String(), sys.logs())
+	}
+	return sys, waitServing(ctx, sys, 20*time.Second)
+}
+
+// launchCoordrun starts three coordrun members under dir without waiting
+// for them.
+func launchCoordrun(bin, dir string) (*system, error) {
 	if _, err := os.Stat(bin); err != nil {
 		return nil, fmt.Errorf("coordrun binary: %w (run make build)", err)
 	}
@@ -222,27 +256,27 @@ func startCoordrun(ctx context.Context, bin, dir string) (*system, error) {
 			"--peers", strings.Join(peers, ","),
 			"--log-level", "warn")
 		if err != nil {
-			return nil, err
+			return sys, err
 		}
 		m.proc = p
 		sys.members = append(sys.members, m)
 	}
-	var out bytes.Buffer
-	st := exec.CommandContext(ctx, bin, "ensemble", "status", "--servers", strings.Join(sys.addrs(), ","), "--wait", "20s")
-	st.Stdout, st.Stderr = &out, &out
-	err = startCmd(st)
-	if err == nil {
-		err = st.Wait()
-	}
-	if err != nil {
-		return sys, fmt.Errorf("coordrun ensemble not healthy: %v\n%s%s", err, out.String(), sys.logs())
-	}
-	return sys, waitServing(ctx, sys, 20*time.Second)
+	return sys, nil
 }
 
 // startZooKeeper starts three Apache ZooKeeper members under dir and waits
 // until srvr shows one leader and two followers.
 func startZooKeeper(ctx context.Context, java, classpath string, jvmFlags []string, dir string) (*system, error) {
+	sys, err := launchZooKeeper(java, classpath, jvmFlags, dir)
+	if err != nil {
+		return sys, err
+	}
+	return sys, waitServing(ctx, sys, 60*time.Second)
+}
+
+// launchZooKeeper starts three ZooKeeper members under dir without
+// waiting for them.
+func launchZooKeeper(java, classpath string, jvmFlags []string, dir string) (*system, error) {
 	ports, err := freePorts(9) // client, quorum, election per member
 	if err != nil {
 		return nil, err
@@ -273,9 +307,11 @@ func startZooKeeper(ctx context.Context, java, classpath string, jvmFlags []stri
 		if err := os.WriteFile(filepath.Join(data, "myid"), []byte(fmt.Sprintf("%d\n", i)), 0o644); err != nil {
 			return nil, err
 		}
+		// maxClientCnxns=0: the 1000-waiter lock runs open hundreds of
+		// sessions per member from 127.0.0.1 (the default allows 60).
 		cfg := fmt.Sprintf("tickTime=2000\ninitLimit=10\nsyncLimit=5\n"+
 			"dataDir=%s\nclientPort=%d\nclientPortAddress=127.0.0.1\n"+
-			"4lw.commands.whitelist=*\nadmin.enableServer=false\n%s",
+			"4lw.commands.whitelist=*\nadmin.enableServer=false\nmaxClientCnxns=0\n%s",
 			data, ports[i-1], servers.String())
 		cfgPath := filepath.Join(dir, fmt.Sprintf("zoo%d.cfg", i))
 		if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
@@ -290,7 +326,7 @@ func startZooKeeper(ctx context.Context, java, classpath string, jvmFlags []stri
 		m.proc = p
 		sys.members = append(sys.members, m)
 	}
-	return sys, waitServing(ctx, sys, 60*time.Second)
+	return sys, nil
 }
 
 // zkClasspath is Debian's: zookeeper.jar (whose manifest Class-Path names
