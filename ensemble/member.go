@@ -186,8 +186,9 @@ func (m *Member) startRaft() error {
 	// can elect its successor.
 	rc.LeaderLeaseTimeout = cfg.HeartbeatTimeout / 2
 	// With nothing to replicate, raft tells followers the commit index
-	// after this long; the commit pusher usually has already.
-	rc.CommitTimeout = 5 * time.Millisecond
+	// after this long (raft's default); the commit pusher normally has
+	// already, so this is only the fallback.
+	rc.CommitTimeout = 50 * time.Millisecond
 	if cfg.commitTimeout > 0 {
 		rc.CommitTimeout = cfg.commitTimeout
 	}
