@@ -214,7 +214,8 @@ type chaosRun struct {
 	writes     int // accepted
 	lateWrites int // accepted after the thaw of a freeze
 	refused    int
-	how        string // how it ended by its own account; "" if killed
+	how        string        // how it ended by its own account; "" if killed
+	gap        time.Duration // from its last act to the next run's start; -1 for the last run
 }
 
 // chaosReport is what the checker found.
@@ -330,6 +331,10 @@ func checkChaos(dir string, frozen map[int64]chaosFreeze, guard *fencing.Guard, 
 		}
 		if last == nil || r.end > last.end {
 			last = r
+		}
+		r.gap = -1
+		if i > 0 {
+			rep.runs[i-1].gap = time.Duration(r.start - rep.runs[i-1].end)
 		}
 	}
 	for tok := range frozen {

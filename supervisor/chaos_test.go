@@ -115,8 +115,19 @@ func TestChaosSingleton(t *testing.T) {
 		}
 	} else {
 		kinds := append(append([]string(nil), chaosFaultKinds...), chaosExtraKinds...)
+		var memberKinds []string
+		for k := range chaosMemberFaults {
+			memberKinds = append(memberKinds, k)
+		}
+		sort.Strings(memberKinds) // map order is not the seed's
 		for time.Since(began) < duration {
-			w.inject(kinds[w.rng.Intn(len(kinds))])
+			k := kinds[w.rng.Intn(len(kinds))]
+			if _, member := chaosMemberFaults[k]; !member && w.rng.Intn(4) == 0 {
+				// Now and then the ensemble falters while the holder does.
+				w.inject(k, memberKinds[w.rng.Intn(len(memberKinds))])
+				continue
+			}
+			w.inject(k)
 		}
 	}
 	w.shutdown()
@@ -146,7 +157,8 @@ type chaosWorld struct {
 	seed    int64
 	rng     *rand.Rand // the schedule's; used by the test goroutine only
 	stop    chan struct{}
-	wg      sync.WaitGroup
+	wg      sync.WaitGroup // the hosts
+	faultWG sync.WaitGroup // member faults in progress
 	once    sync.Once
 
 	mu       sync.Mutex
@@ -156,6 +168,7 @@ type chaosWorld struct {
 	stopping bool
 
 	// The test goroutine's own.
+	aimed      map[int64]string // token → the holder fault aimed at its run
 	frozen     map[int64]chaosFreeze
 	faults     map[string]int
 	problems   []string // violations seen while the schedule ran
@@ -172,7 +185,7 @@ func newChaosWorld(t *testing.T, r *rig, m *chaos.Cluster, dir string, seed int6
 	t.Cleanup(func() { f.Close() })
 	return &chaosWorld{t: t, r: r, members: m, dir: dir, seed: seed, rng: rand.New(rand.NewSource(seed)),
 		stop: make(chan struct{}), live: map[string]*chaosIncarnation{}, targeted: map[string]string{},
-		frozen: map[int64]chaosFreeze{}, faults: map[string]int{}, faultLog: f, began: time.Now()}
+		aimed: map[int64]string{}, frozen: map[int64]chaosFreeze{}, faults: map[string]int{}, faultLog: f, began: time.Now()}
 }
 
 // shutdown stops the hosts, kills whatever they left and the ensemble.
@@ -202,6 +215,7 @@ func (w *chaosWorld) shutdown() {
 			case <-tick.C:
 			}
 		}
+		w.faultWG.Wait()
 		// Watchdogs and jobs whose supervisor died end by themselves;
 		// killAll makes sure before the records are read.
 		w.r.killAll()
@@ -265,16 +279,35 @@ func (w *chaosWorld) awaitProgress(what string) {
 	w.awaitStartAbove(w.maxToken(), 30*time.Second, "a new holder after "+what)
 }
 
-// inject runs one fault to its end: applied, its effect seen, healed.
-func (w *chaosWorld) inject(kind string) {
+// inject runs faults to their end (applied, their effect seen, healed):
+// member faults in goroutines, beside at most one holder fault.
+func (w *chaosWorld) inject(kinds ...string) {
 	w.t.Helper()
-	w.faults[kind]++
-	if _, ok := chaosMemberFaults[kind]; ok {
-		w.memberFault(kind)
-	} else {
-		w.holderFault(kind)
+	errs := make(chan error, len(kinds))
+	running := 0
+	for _, k := range kinds {
+		w.faults[k]++
+		if _, ok := chaosMemberFaults[k]; ok {
+			run := w.memberFault(k)
+			running++
+			w.faultWG.Add(1)
+			go func() {
+				defer w.faultWG.Done()
+				errs <- run()
+			}()
+		}
 	}
-	w.awaitProgress(kind)
+	for _, k := range kinds {
+		if _, ok := chaosMemberFaults[k]; !ok {
+			w.holderFault(k)
+		}
+	}
+	for ; running > 0; running-- {
+		if err := <-errs; err != nil {
+			w.t.Fatal(err)
+		}
+	}
+	w.awaitProgress(strings.Join(kinds, " + "))
 	w.pace(100*time.Millisecond, 600*time.Millisecond)
 }
 
@@ -297,30 +330,44 @@ var chaosMemberFaults = map[string]struct {
 		500 * time.Millisecond, 2500 * time.Millisecond},
 }
 
-func (w *chaosWorld) memberFault(kind string) {
-	w.t.Helper()
+// memberFault draws a member fault's member and length from the
+// schedule and returns the function that carries it out, which may run
+// beside a holder fault. It gives up early once the world stops.
+func (w *chaosWorld) memberFault(kind string) func() error {
 	f := chaosMemberFaults[kind]
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	i, who := w.rng.Intn(w.members.N()), ""
-	if f.leader {
-		var err error
-		if i, err = w.members.Leader(ctx); err != nil {
-			w.t.Fatal(err)
+	i := w.rng.Intn(w.members.N())
+	d := f.lo + time.Duration(w.rng.Int63n(int64(f.hi-f.lo)+1))
+	return func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		go func() {
+			select {
+			case <-w.stop:
+				cancel()
+			case <-ctx.Done():
+			}
+		}()
+		who := ""
+		if f.leader {
+			var err error
+			if i, err = w.members.Leader(ctx); err != nil {
+				return fmt.Errorf("%s: %w", kind, err)
+			}
+			who = " (leader)"
 		}
-		who = " (leader)"
-	}
-	w.logf("%s: member %d%s", kind, i+1, who)
-	if err := f.apply(w.members, i); err != nil {
-		w.t.Fatal(err)
-	}
-	w.pace(f.lo, f.hi)
-	w.logf("%s: undone on member %d", kind, i+1)
-	if err := f.heal(w.members, i); err != nil {
-		w.t.Fatal(err)
-	}
-	if err := w.members.WaitHealthy(ctx); err != nil {
-		w.t.Fatal(err)
+		w.logf("%s: member %d%s for %v", kind, i+1, who, ms(d))
+		if err := f.apply(w.members, i); err != nil {
+			return fmt.Errorf("%s: %w", kind, err)
+		}
+		select { // the fault's length: pacing, not a wait for a state
+		case <-time.After(d):
+		case <-ctx.Done():
+		}
+		w.logf("%s: undone on member %d", kind, i+1)
+		if err := f.heal(w.members, i); err != nil {
+			return fmt.Errorf("%s: %w", kind, err)
+		}
+		return w.members.WaitHealthy(ctx)
 	}
 }
 
@@ -373,6 +420,7 @@ func (w *chaosWorld) holderFault(kind string) {
 		w.logf("%s: the pinned job of %s (token %d) ended before the fault; pinning another", kind, target.host, target.token)
 		target, inc = w.pinTarget(kind)
 	}
+	w.aimed[target.token] = kind
 	const next = sessionTimeout + 10*time.Second // a successor starts within this
 	w.logf("%s: supervisor %s holding token %d (job pid %d)", kind, target.host, target.token, target.pid)
 	jobDead := func(d time.Duration) {
@@ -513,6 +561,25 @@ func (w *chaosWorld) summary(rep chaosReport, elapsed time.Duration) string {
 		}
 	}
 	fmt.Fprintf(&b, "  runs %d, handoffs %d (to another host)\n", len(rep.runs), handoffs)
+	// How close the successor came: after a release, the next start;
+	// after a holder fault, how much of the lease was left when the
+	// faulted job's last act happened.
+	least := map[string]time.Duration{}
+	for _, r := range rep.runs {
+		kind := w.aimed[r.token]
+		if kind == "" {
+			kind = "no holder fault"
+		}
+		if g, seen := least[kind]; r.gap >= 0 && (!seen || r.gap < g) {
+			least[kind] = r.gap
+		}
+	}
+	var gaps []string
+	for k, g := range least {
+		gaps = append(gaps, fmt.Sprintf("%s %v", k, ms(g)))
+	}
+	sort.Strings(gaps)
+	fmt.Fprintf(&b, "  least gap from a holder's last act to the next start: %s\n", strings.Join(gaps, ", "))
 	var kinds []string
 	total := 0
 	for k, n := range w.faults {
