@@ -76,8 +76,8 @@ type Config struct {
 
 	// Raft timing. Loopback and LAN ensembles fail over faster with smaller
 	// values; the defaults suit a LAN.
-	HeartbeatTimeout time.Duration // default 500ms
-	ElectionTimeout  time.Duration // default 500ms
+	HeartbeatTimeout time.Duration // default 300ms
+	ElectionTimeout  time.Duration // default 300ms
 	// SnapshotThreshold is how many log entries accumulate before a
 	// snapshot compacts the log.
 	SnapshotThreshold uint64 // default 8192
@@ -157,10 +157,10 @@ func (c *Config) fillDefaults() error {
 		return errors.New("max data bytes must be positive")
 	}
 	if c.HeartbeatTimeout == 0 {
-		c.HeartbeatTimeout = 500 * time.Millisecond
+		c.HeartbeatTimeout = 300 * time.Millisecond
 	}
 	if c.ElectionTimeout == 0 {
-		c.ElectionTimeout = 500 * time.Millisecond
+		c.ElectionTimeout = 300 * time.Millisecond
 	}
 	if c.SnapshotThreshold == 0 {
 		c.SnapshotThreshold = 8192
