@@ -70,7 +70,7 @@ func TestChaos(t *testing.T) {
 		seed = v
 	}
 	t.Logf("seed %d (COORDRUN_CHAOS_SEED=%d repeats the fault schedule), %s, %d members", seed, seed, d, members)
-	dir, err := os.MkdirTemp("", "coordrun-chaos-")
+	dir, err := os.MkdirTemp("", "ensemble-chaos-run-")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,8 +104,15 @@ func TestCheckersFail(t *testing.T) {
 			// Starts after the write returned, yet sees the old value.
 			{Session: 2, Kind: OpSyncGet, Key: k, Call: 20, Return: 30, Outcome: OK, Got: initialVal, Version: 0},
 		}}
-		if v, _, _ := Linearizable(h, initialVal, time.Minute); len(v) == 0 {
+		v, model, info := Linearizable(h, initialVal, time.Minute)
+		if len(v) == 0 {
 			t.Fatal("stale sync+read not reported")
+		}
+		hist, vis := keep(t.TempDir(), h, model, info, true)
+		for _, f := range []string{hist, vis} {
+			if st, err := os.Stat(f); err != nil || st.Size() == 0 {
+				t.Errorf("kept file %q: %v", f, err)
+			}
 		}
 		// The same read concurrent with the write is fine.
 		h.Ops[1].Call = 5
@@ -200,4 +207,53 @@ func TestCheckersFail(t *testing.T) {
 			t.Fatalf("members at different zxids not reported: %v", v)
 		}
 	})
+}
+
+// The harness's faults must do what they say: an isolated leader is
+// replaced (which needs the proxies to tell members apart by source
+// address), and a client cut silences the member's client port.
+func TestFaultsTakeEffect(t *testing.T) {
+	dir, err := os.MkdirTemp("", "ensemble-chaos-faults-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c, err := Start(ctx, Config{Bin: testBin, Dir: dir, Log: testLog{t}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	old, err := c.Leader(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Partition([]int{old})
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if ls := c.leaders(); len(ls) == 1 && ls[0] != old {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("isolated leader %d was not replaced (leaders %v)", old+1, c.leaders())
+		}
+		time.Sleep(50 * time.Millisecond) // polling interval
+	}
+	c.Heal()
+	if err := c.WaitHealthy(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	c.CutClients(0, true)
+	if out, err := fourLetter(c.ClientAddr(0), "ruok", 500*time.Millisecond); err == nil || out != "" {
+		t.Fatalf("ruok through a cut proxy: %q, %v", out, err)
+	}
+	if out, err := fourLetter(c.DirectClientAddr(0), "ruok", 5*time.Second); out != "imok" {
+		t.Fatalf("ruok on the member's own port: %q, %v", out, err)
+	}
+	c.CutClients(0, false)
+	if out, err := fourLetter(c.ClientAddr(0), "ruok", 5*time.Second); out != "imok" {
+		t.Fatalf("ruok after the cut healed: %q, %v", out, err)
+	}
 }

@@ -205,6 +205,9 @@ func (c *Cluster) startMember(m *member) error {
 		args = append(args, "--join")
 	}
 	args = append(args, c.cfg.Args...)
+	if err := os.MkdirAll(m.dir, 0o755); err != nil {
+		return err
+	}
 	logf, err := os.OpenFile(m.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return err

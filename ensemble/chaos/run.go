@@ -36,6 +36,7 @@ type Report struct {
 	Seed                       uint64
 	Ops, OK, Failed, Unknown   int
 	Sessions, Abandoned        int
+	Checked                    map[string]int // what the checks had to work on
 	Faults                     map[string]int
 	Checks                     []string
 	Violations                 []Violation
@@ -59,6 +60,8 @@ func (r *Report) Summary() string {
 	}
 	b.WriteString("\n")
 	fmt.Fprintf(&b, "  checks: %s\n", strings.Join(r.Checks, ", "))
+	fmt.Fprintf(&b, "  checked: linearizable ops %d (sync+reads %d), watches armed %d, events %d, final probes %d, surviving sessions %d, durable creates %d\n",
+		r.Checked["lin-ops"], r.Checked["sync-reads"], r.Checked["arms"], r.Checked["events"], r.Checked["probes"], r.Checked["survivors"], r.Checked["creates"])
 	fmt.Fprintf(&b, "  violations: %d\n", len(r.Violations))
 	for _, v := range r.Violations {
 		fmt.Fprintf(&b, "    %s\n", v)
@@ -123,7 +126,9 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	// Recovery: everything healed and running, then a quiet moment for
 	// the workload to show the ensemble serves again.
 	nem.recover(ctx)
-	if err := c.WaitHealthy(ctx); err != nil {
+	hctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	if err := c.WaitHealthy(hctx); err != nil {
 		close(w.stop)
 		w.wg.Wait()
 		return nil, fmt.Errorf("after the faults: %w", err)
@@ -147,7 +152,9 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 			return nil, err
 		}
 	}
-	if err := c.WaitHealthy(ctx); err != nil {
+	hctx2, cancel2 := context.WithTimeout(ctx, time.Minute)
+	defer cancel2()
+	if err := c.WaitHealthy(hctx2); err != nil {
 		return nil, fmt.Errorf("after killing all members: %w", err)
 	}
 	zx, trees, err := settledTrees(ctx, c, 30*time.Second)
@@ -194,6 +201,19 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 		}
 	}
 	rep.Sessions = len(w.h.Sessions)
+	rep.Checked = map[string]int{"lin-ops": len(linearizableOps(w.h)), "arms": len(w.h.Arms),
+		"probes": len(w.h.Probes), "creates": len(w.h.Created)}
+	for _, op := range w.h.Ops {
+		if op.Kind == OpSyncGet && op.Outcome == OK {
+			rep.Checked["sync-reads"]++
+		}
+	}
+	for _, s := range w.h.Sessions {
+		rep.Checked["events"] += len(s.Events)
+		if s.Survived {
+			rep.Checked["survivors"]++
+		}
+	}
 	rep.Abandoned = int(w.abandoned.Load())
 	if nerr != nil {
 		rep.Violations = append(rep.Violations, Violation{"harness", nerr.Error()})
