@@ -199,7 +199,7 @@ func failoverOnce(ctx context.Context, s *system, ops recoveryOps, leader, follo
 	defer cancel()
 	var killedAt atomic.Int64 // unix ns; 0 before the kill
 	var okBefore atomic.Int64
-	var lastErr atomic.Value // error
+	var lastErr atomic.Value // string: errors differ in type
 	first := make(chan time.Time, 1)
 	var wg sync.WaitGroup
 	defer wg.Wait()
@@ -228,7 +228,7 @@ func failoverOnce(ctx context.Context, s *system, ops recoveryOps, leader, follo
 				acancel()
 				done := time.Now()
 				if err != nil {
-					lastErr.Store(err)
+					lastErr.Store(err.Error())
 					return
 				}
 				if k := killedAt.Load(); k == 0 {
