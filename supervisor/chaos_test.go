@@ -12,6 +12,7 @@ package supervisor_test
 //	go test -race -run TestChaosSingleton ./supervisor                         # short: one fault of each kind
 //	COORDRUN_CHAOS_DURATION=3m go test -race -run Chaos -v -timeout 30m ./supervisor
 //	COORDRUN_CHAOS_SEED=<seed> ...                                             # the same schedule again
+//	COORDRUN_CHAOS_KEEP=1 ...                                                  # keep the records of a passing run too
 
 import (
 	"context"
@@ -23,6 +24,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -79,8 +81,9 @@ func TestChaosSingleton(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	var slow atomic.Bool // a slow handoff is no violation, but worth a look
 	t.Cleanup(func() {
-		if t.Failed() {
+		if t.Failed() || slow.Load() || os.Getenv("COORDRUN_CHAOS_KEEP") != "" {
 			t.Logf("chaos records kept in %s (seed %d)", dir, seed)
 		} else {
 			os.RemoveAll(dir)
@@ -99,6 +102,7 @@ func TestChaosSingleton(t *testing.T) {
 		t.Fatalf("starting the ensemble: %v", err)
 	}
 	w := newChaosWorld(t, r, members, dir, seed)
+	w.slow = &slow
 	defer w.shutdown()
 	for k := 1; k <= chaosHosts; k++ {
 		w.wg.Add(1)
@@ -168,7 +172,9 @@ type chaosWorld struct {
 	stopping bool
 
 	// The test goroutine's own.
-	aimed      map[int64]string // token → the holder fault aimed at its run
+	aimed      map[int64]string         // token → the holder fault aimed at its run
+	slowest    map[string]time.Duration // fault → longest wait from it to the next holder's start
+	slow       *atomic.Bool             // set when a wait was long
 	frozen     map[int64]chaosFreeze
 	faults     map[string]int
 	problems   []string // violations seen while the schedule ran
@@ -185,7 +191,7 @@ func newChaosWorld(t *testing.T, r *rig, m *chaos.Cluster, dir string, seed int6
 	t.Cleanup(func() { f.Close() })
 	return &chaosWorld{t: t, r: r, members: m, dir: dir, seed: seed, rng: rand.New(rand.NewSource(seed)),
 		stop: make(chan struct{}), live: map[string]*chaosIncarnation{}, targeted: map[string]string{},
-		aimed: map[int64]string{}, frozen: map[int64]chaosFreeze{}, faults: map[string]int{}, faultLog: f, began: time.Now()}
+		aimed: map[int64]string{}, slowest: map[string]time.Duration{}, frozen: map[int64]chaosFreeze{}, faults: map[string]int{}, faultLog: f, began: time.Now()}
 }
 
 // shutdown stops the hosts, kills whatever they left and the ensemble.
@@ -421,7 +427,7 @@ func (w *chaosWorld) holderFault(kind string) {
 		target, inc = w.pinTarget(kind)
 	}
 	w.aimed[target.token] = kind
-	const next = sessionTimeout + 10*time.Second // a successor starts within this
+	faulted := time.Now()
 	w.logf("%s: supervisor %s holding token %d (job pid %d)", kind, target.host, target.token, target.pid)
 	jobDead := func(d time.Duration) {
 		waitUntil(w.t, d, fmt.Sprintf("%s: the job of %s to die", kind, target.host), func() bool { return !alive(target.pid) })
@@ -430,14 +436,14 @@ func (w *chaosWorld) holderFault(kind string) {
 	case faultSupKill:
 		inc.sup.signal(syscall.SIGKILL)
 		jobDead(5 * time.Second)
-		succ := w.awaitStartAbove(target.token, next, kind+": a successor")
+		succ := w.successor(kind, target, faulted)
 		w.logf("%s: %s took over with token %d", kind, succ.host, succ.token)
 		w.awaitExit(kind, inc, 5*time.Second, -1)
 
 	case faultSupStop:
 		inc.sup.signal(syscall.SIGSTOP)
 		jobDead(sessionTimeout + 5*time.Second)
-		succ := w.awaitStartAbove(target.token, next, kind+": a successor")
+		succ := w.successor(kind, target, faulted)
 		w.logf("%s: %s took over with token %d; SIGCONT to %s", kind, succ.host, succ.token, target.host)
 		inc.sup.signal(syscall.SIGCONT)
 		w.awaitExit(kind, inc, 15*time.Second, supervisor.ExitSessionLost)
@@ -445,13 +451,29 @@ func (w *chaosWorld) holderFault(kind string) {
 	case faultSupCut:
 		inc.cut()
 		jobDead(sessionTimeout + 5*time.Second)
-		succ := w.awaitStartAbove(target.token, next, kind+": a successor")
+		succ := w.successor(kind, target, faulted)
 		w.logf("%s: %s took over with token %d", kind, succ.host, succ.token)
 		w.awaitExit(kind, inc, 20*time.Second, supervisor.ExitSessionLost)
 
 	case faultHolderFreeze:
 		w.freeze(target, inc)
 	}
+}
+
+// successor waits for the next holder after a fault aimed at target's
+// holder at faulted, and keeps the longest such wait per fault.
+func (w *chaosWorld) successor(kind string, target chaosRec, faulted time.Time) chaosRec {
+	w.t.Helper()
+	succ := w.awaitStartAbove(target.token, sessionTimeout+10*time.Second, kind+": a successor")
+	d := time.Since(faulted)
+	if d > w.slowest[kind] {
+		w.slowest[kind] = d
+	}
+	if d > 2*sessionTimeout {
+		w.slow.Store(true)
+		w.logf("%s: slow: the successor of token %d started %v after the fault", kind, target.token, ms(d))
+	}
+	return succ
 }
 
 // freeze stops every process of the holder (as a paused VM would), waits
@@ -478,7 +500,7 @@ func (w *chaosWorld) freeze(target chaosRec, inc *chaosIncarnation) {
 		}
 		return true
 	})
-	stopped := supervisor.BoottimeNow()
+	stopped, faulted := supervisor.BoottimeNow(), time.Now()
 	w.logf("%s: stopped %s: pids %v", kind, target.host, pids)
 
 	// A job stopped inside Guard.Do holds the guard's lock: the successor
@@ -486,7 +508,7 @@ func (w *chaosWorld) freeze(target chaosRec, inc *chaosIncarnation) {
 	// progress (checked before the freeze) lands first, and maybe a few
 	// more before the successor wins the lock.
 	inDo := holdsFlock(target.pid)
-	succ := w.awaitStartAbove(target.token, sessionTimeout+10*time.Second, kind+": a successor")
+	succ := w.successor(kind, target, faulted)
 	if !inDo {
 		wrote := pollFor(10*time.Second, func() bool {
 			for _, x := range readChaosRecs(filepath.Join(w.dir, chaosStore)) {
@@ -580,6 +602,12 @@ func (w *chaosWorld) summary(rep chaosReport, elapsed time.Duration) string {
 	}
 	sort.Strings(gaps)
 	fmt.Fprintf(&b, "  least gap from a holder's last act to the next start: %s\n", strings.Join(gaps, ", "))
+	var waits []string
+	for k, d := range w.slowest {
+		waits = append(waits, fmt.Sprintf("%s %v", k, ms(d)))
+	}
+	sort.Strings(waits)
+	fmt.Fprintf(&b, "  longest wait from a holder fault to the next start: %s\n", strings.Join(waits, ", "))
 	var kinds []string
 	total := 0
 	for k, n := range w.faults {
