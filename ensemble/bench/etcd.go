@@ -255,6 +255,12 @@ func closeLockClients(ls []*lockClient) {
 	wg.Wait()
 }
 
+// lockTTL is the lease TTL of the handoff runs' sessions, in seconds. With
+// 10 s (the ZooKeeper sessions' timeout), leases of the 1000-waiter run
+// expired on a loaded 2-CPU machine and Mutex.Lock failed with "session is
+// expired"; the handoff does not depend on the TTL.
+const lockTTL = 30
+
 // runEtcdLock is one handoff run of n etcd clients in this process with
 // recipe "pred" (concurrency.Mutex) or "herd", measuring the first limit
 // holders (all when limit <= 0).
@@ -266,7 +272,7 @@ func runEtcdLock(ctx context.Context, s *system, recipe string, n, limit int) (h
 	pfx := fmt.Sprintf("/bench-lock/%s-%d", recipe, n)
 	order := s.clientOrder()
 	var events atomic.Int64
-	gate, err := newLockClient(order[0], 10, &events)
+	gate, err := newLockClient(order[0], lockTTL, &events)
 	if err != nil {
 		return res, err
 	}
@@ -278,7 +284,7 @@ func runEtcdLock(ctx context.Context, s *system, recipe string, n, limit int) (h
 	clients := make([]*lockClient, n)
 	defer func() { closeLockClients(clients) }()
 	if err := parallelLimit(n, 32, func(i int) (err error) {
-		clients[i], err = newLockClient(order[i%len(order)], 10, &events)
+		clients[i], err = newLockClient(order[i%len(order)], lockTTL, &events)
 		return err
 	}); err != nil {
 		return res, err
