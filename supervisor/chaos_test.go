@@ -40,6 +40,7 @@ const (
 	faultMemberPause     = "member-pause"      // SIGSTOP of a member, SIGCONT after a while
 	faultLeaderPartition = "leader-partition"  // the leader cut off from the other members, healed after a while
 	faultMemberClientCut = "member-client-cut" // a member unreachable for clients, healed after a while
+	faultLeaderPauseKill = "leader-pause-kill" // the leader paused, resumed just long enough to answer what queued up, killed, restarted
 	faultSupKill         = "sup-kill"          // kill -9 of the holding supervisor
 	faultSupStop         = "sup-stop"          // SIGSTOP of the holding supervisor alone past its session
 	faultSupCut          = "sup-cut"           // the holding supervisor cut off from every member
@@ -50,7 +51,7 @@ const (
 // these and chaosExtraKinds.
 var (
 	chaosFaultKinds = []string{faultLeaderKill, faultMemberPause, faultSupKill, faultSupStop, faultSupCut, faultHolderFreeze}
-	chaosExtraKinds = []string{faultLeaderPartition, faultMemberClientCut}
+	chaosExtraKinds = []string{faultLeaderPartition, faultMemberClientCut, faultLeaderPauseKill}
 )
 
 // chaosHosts is how many supervisors contend: enough that one is always
@@ -96,7 +97,12 @@ func TestChaosSingleton(t *testing.T) {
 	}
 	t.Cleanup(func() { clusterLog.Close() })
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	members, err := chaos.Start(ctx, chaos.Config{Bin: e2eBin, Dir: filepath.Join(dir, "ensemble"), Members: 3, Log: clusterLog})
+	// Raft timing as the e2e tests' in-process members have it: with the
+	// defaults (a 250ms leader lease) a loaded machine sees a leader
+	// change every few seconds, each granting every session a fresh
+	// timeout, which stretches handoffs to three times their length.
+	members, err := chaos.Start(ctx, chaos.Config{Bin: e2eBin, Dir: filepath.Join(dir, "ensemble"), Members: 3, Log: clusterLog,
+		Args: []string{"--heartbeat-timeout", "1s", "--election-timeout", "1s"}})
 	cancel()
 	if err != nil {
 		t.Fatalf("starting the ensemble: %v", err)
@@ -334,6 +340,21 @@ var chaosMemberFaults = map[string]struct {
 		func(c *chaos.Cluster, i int) error { c.CutClients(i, true); return nil },
 		func(c *chaos.Cluster, i int) error { c.CutClients(i, false); return nil },
 		500 * time.Millisecond, 2500 * time.Millisecond},
+	// A deposed leader that resumes believes it still leads until it
+	// hears otherwise; whatever it answers in that moment must not
+	// outlast the sessions its successor keeps, even if it dies next.
+	faultLeaderPauseKill: {true, (*chaos.Cluster).Pause,
+		func(c *chaos.Cluster, i int) error {
+			if err := c.Resume(i); err != nil {
+				return err
+			}
+			time.Sleep(30 * time.Millisecond) // its moment to answer
+			if err := c.Kill(i); err != nil {
+				return err
+			}
+			return c.Restart(i)
+		},
+		time.Second, 2 * time.Second},
 }
 
 // memberFault draws a member fault's member and length from the
@@ -464,7 +485,7 @@ func (w *chaosWorld) holderFault(kind string) {
 // holder at faulted, and keeps the longest such wait per fault.
 func (w *chaosWorld) successor(kind string, target chaosRec, faulted time.Time) chaosRec {
 	w.t.Helper()
-	succ := w.awaitStartAbove(target.token, sessionTimeout+10*time.Second, kind+": a successor")
+	succ := w.awaitStartAbove(target.token, sessionTimeout+25*time.Second, kind+": a successor")
 	d := time.Since(faulted)
 	if d > w.slowest[kind] {
 		w.slowest[kind] = d
