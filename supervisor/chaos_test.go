@@ -13,6 +13,7 @@ package supervisor_test
 //	COORDRUN_CHAOS_DURATION=3m go test -race -run Chaos -v -timeout 30m ./supervisor
 //	COORDRUN_CHAOS_SEED=<seed> ...                                             # the same schedule again
 //	COORDRUN_CHAOS_KEEP=1 ...                                                  # keep the records of a passing run too
+//	COORDRUN_CHAOS_FAULTS=leader-pause-kill,sup-cut ...                        # the long run draws only these
 
 import (
 	"context"
@@ -20,6 +21,7 @@ import (
 	"math/rand"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -125,6 +127,14 @@ func TestChaosSingleton(t *testing.T) {
 		}
 	} else {
 		kinds := append(append([]string(nil), chaosFaultKinds...), chaosExtraKinds...)
+		if s := os.Getenv("COORDRUN_CHAOS_FAULTS"); s != "" {
+			kinds = splitList(s)
+			for _, k := range kinds {
+				if !slices.Contains(chaosFaultKinds, k) && !slices.Contains(chaosExtraKinds, k) {
+					t.Fatalf("COORDRUN_CHAOS_FAULTS: unknown fault %q", k)
+				}
+			}
+		}
 		var memberKinds []string
 		for k := range chaosMemberFaults {
 			memberKinds = append(memberKinds, k)
@@ -331,7 +341,7 @@ var chaosMemberFaults = map[string]struct {
 	lo, hi      time.Duration
 }{
 	faultLeaderKill:  {true, (*chaos.Cluster).Kill, (*chaos.Cluster).Restart, 300 * time.Millisecond, 1500 * time.Millisecond},
-	faultMemberPause: {false, (*chaos.Cluster).Pause, (*chaos.Cluster).Resume, 500 * time.Millisecond, 2 * time.Second},
+	faultMemberPause: {false, (*chaos.Cluster).Pause, (*chaos.Cluster).Resume, time.Second, 2500 * time.Millisecond},
 	faultLeaderPartition: {true,
 		func(c *chaos.Cluster, i int) error { c.Partition([]int{i}); return nil },
 		func(c *chaos.Cluster, i int) error { c.Heal(); return nil },
@@ -354,7 +364,7 @@ var chaosMemberFaults = map[string]struct {
 			}
 			return c.Restart(i)
 		},
-		time.Second, 2 * time.Second},
+		1500 * time.Millisecond, 2500 * time.Millisecond},
 }
 
 // memberFault draws a member fault's member and length from the
