@@ -19,7 +19,7 @@ func TestMain(m *testing.M) {
 	os.Exit(func() int {
 		testBin = os.Getenv("COORDRUN_BIN")
 		if testBin == "" {
-			dir, err := os.MkdirTemp("", "coordrun-chaos-bin-")
+			dir, err := os.MkdirTemp("", "ensemble-chaos-bin-")
 			if err != nil {
 				fmt.Fprintln(os.Stderr, err)
 				return 1

@@ -4,6 +4,21 @@
 // workload, and checks the history: linearizability of writes and
 // sync+reads, per-session order, watches, durability, ephemerals of dead
 // sessions, and the replicated tree itself on every member.
+//
+// TestChaos runs a short round (3 members, 20s of faults) in every test
+// run. A longer one:
+//
+//	COORDRUN_CHAOS_DURATION=5m COORDRUN_CHAOS_MEMBERS=5 go test -run Chaos -v -timeout 30m ./ensemble/chaos
+//
+// Every run prints its seed; COORDRUN_CHAOS_SEED repeats its fault
+// schedule (the interleaving of the clients is up to the machine). When a
+// check fails, the history (JSON lines) and, for linearizability,
+// porcupine's visualization are kept in a chaos-failure-* directory next
+// to the member logs, and the summary names it.
+//
+// The members need loopback addresses 127.0.0.11 and up (all of 127/8
+// reaches lo on Linux): each member has its own, so that a proxy can tell
+// from a connection's source which member opened it.
 package chaos
 
 import (

@@ -106,8 +106,19 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 
 	w := &workload{c: c, h: &History{}, start: time.Now(), timeout: 3 * time.Second, opWait: 4 * time.Second,
 		stop: make(chan struct{}), nextDur: make([]atomic.Int64, opts.Workers)}
-	for i := 0; i < opts.Keys; i++ {
-		w.keys = append(w.keys, fmt.Sprintf("%s/k%d", regDir, i))
+	// Registers are replaced by fresh ones every keyEpoch, so that
+	// each partition porcupine searches is short and holds few writes of
+	// unknown outcome (each of those stays pending to the end of its
+	// partition, which makes the search grow fast). The workload runs
+	// past the faulty phase for the recovery, hence the spare epochs.
+	epochs := int((opts.Duration+2*time.Minute)/keyEpoch) + 1
+	for e := 0; e < epochs; e++ {
+		var ks []string
+		for i := 0; i < opts.Keys; i++ {
+			ks = append(ks, fmt.Sprintf("%s/e%d-k%d", regDir, e, i))
+		}
+		w.epochKeys = append(w.epochKeys, ks)
+		w.keys = append(w.keys, ks...)
 	}
 	if err := setup(ctx, c, w.keys); err != nil {
 		return nil, err
@@ -233,13 +244,18 @@ func setup(ctx context.Context, c *Cluster, keys []string) error {
 		if err == nil {
 			err = func() error {
 				defer s.abandon()
+				// Pipelined: replies come in order, so waiting for
+				// them one by one afterwards costs one round trip.
+				var calls []*call
 				for _, p := range append([]string{root, regDir, durDir, ephDir}, keys...) {
 					data := []byte{}
 					if strings.HasPrefix(p, regDir+"/") {
 						data = []byte(initialVal)
 					}
-					c := s.send(wire.OpCreate, &wire.CreateRequest{Path: p, Data: data, ACL: openACL}, &wire.CreateResponse{})
-					if err := s.wait(c, 5*time.Second); err != nil && err != wire.ErrNodeExists {
+					calls = append(calls, s.send(wire.OpCreate, &wire.CreateRequest{Path: p, Data: data, ACL: openACL}, &wire.CreateResponse{}))
+				}
+				for _, c := range calls {
+					if err := s.wait(c, 10*time.Second); err != nil && err != wire.ErrNodeExists {
 						return err
 					}
 				}

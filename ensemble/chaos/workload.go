@@ -27,12 +27,13 @@ var openACL = []wire.ACL{{Perms: wire.PermAll, ID: wire.ID{Scheme: "world", ID: 
 
 // workload drives sessions against the cluster and records the history.
 type workload struct {
-	c       *Cluster
-	h       *History
-	start   time.Time
-	keys    []string
-	timeout time.Duration // requested session timeout
-	opWait  time.Duration // how long a reply may take before it counts as lost
+	c         *Cluster
+	h         *History
+	start     time.Time
+	keys      []string      // every register
+	epochKeys [][]string    // the registers in use during each keyEpoch
+	timeout   time.Duration // requested session timeout
+	opWait    time.Duration // how long a reply may take before it counts as lost
 
 	nextSession atomic.Int64
 	nextDur     []atomic.Int64 // per worker: index of its next durable node
@@ -45,6 +46,16 @@ type workload struct {
 }
 
 func (w *workload) now() int64 { return int64(time.Since(w.start)) }
+
+// keyEpoch is how long one set of registers is in use.
+const keyEpoch = 5 * time.Second
+
+// key picks a register of the current epoch.
+func (w *workload) key(rng *rand.Rand) string {
+	e := min(int(time.Since(w.start)/keyEpoch), len(w.epochKeys)-1)
+	ks := w.epochKeys[e]
+	return ks[rng.IntN(len(ks))]
+}
 
 func (w *workload) stopped() bool {
 	select {
@@ -114,7 +125,7 @@ func (w *workload) worker(id int, seed uint64) {
 				return
 			}
 		}
-		key := w.keys[rng.IntN(len(w.keys))]
+		key := w.key(rng)
 		switch r := rng.IntN(100); {
 		case r < 30:
 			w.get(s, key, versions)
@@ -277,7 +288,7 @@ func (w *workload) watcher(id int, seed uint64, workers int) {
 				}
 			}
 		} else {
-			key := w.keys[rng.IntN(len(w.keys))]
+			key := w.key(rng)
 			if !armed[key] {
 				var resp wire.GetDataResponse
 				c := s.send(wire.OpGetData, &wire.PathWatchRequest{Path: key, Watch: true}, &resp)
