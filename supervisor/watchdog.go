@@ -99,6 +99,10 @@ func RunWatchdog(cfg WatchdogConfig) int {
 	}()
 	deadline := cfg.Deadline
 	if cfg.Armed {
+		// The first process start of a Go program probes for pidfd
+		// support with a throwaway clone; looking up a process runs the
+		// same one-time probe, so it is paid now rather than after Go.
+		_, _ = os.FindProcess(os.Getpid())
 		var ok bool
 		if deadline, ok = awaitGo(ctrl, sigs); !ok {
 			// Disarmed, or the supervisor is gone: nothing ran.
