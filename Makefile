@@ -4,7 +4,7 @@ VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev
 LDFLAGS  := -s -w -X main.version=$(VERSION)
 FUZZTIME ?= 3s
 
-.PHONY: build test unit fuzz demo bench vet clean
+.PHONY: build test unit fuzz demo bench bench-compare chaos vet clean
 
 # A static binary: no cgo, so it runs on any Linux host.
 build:
@@ -33,9 +33,26 @@ fuzz:
 demo: build
 	./examples/demo.sh
 
-# Throughput and latency of a 3-member loopback ensemble.
+# Throughput and latency of a 3-member loopback ensemble, with Apache
+# ZooKeeper alongside when installed.
 bench: build
 	$(GO) run ./ensemble/bench -bin $(BIN)
+
+# The same workloads against coordrun, Apache ZooKeeper (Debian: zookeeper),
+# etcd (Debian: etcd-server) and bare hashicorp/raft in one run; a table,
+# JSON and a plot land in BENCH_OUT. Systems not installed are skipped.
+BENCH_OUT ?= bench-out
+bench-compare: build
+	$(GO) run ./ensemble/bench -bin $(BIN) -compare -out $(BENCH_OUT)
+
+# Fault injection with history checks, longer than the short runs inside
+# `make test`: CHAOS_DURATION per test, CHAOS_MEMBERS members; a failing
+# run keeps its history and names the directory.
+CHAOS_DURATION ?= 3m
+CHAOS_MEMBERS  ?= 3
+chaos: build
+	COORDRUN_BIN=$(CURDIR)/$(BIN) COORDRUN_CHAOS_DURATION=$(CHAOS_DURATION) COORDRUN_CHAOS_MEMBERS=$(CHAOS_MEMBERS) \
+	  $(GO) test -race -count=1 -v -timeout 60m -run 'Chaos' ./ensemble/chaos ./supervisor
 
 clean:
 	rm -rf bin
