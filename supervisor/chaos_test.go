@@ -47,13 +47,19 @@ const (
 	faultSupStop         = "sup-stop"          // SIGSTOP of the holding supervisor alone past its session
 	faultSupCut          = "sup-cut"           // the holding supervisor cut off from every member
 	faultHolderFreeze    = "holder-freeze"     // supervisor, watchdog and job stopped past the session
+	// The leader paused just under the clients' read timeout (a new
+	// leader is elected meanwhile), resumed, and at once the holding
+	// supervisor cut off: whatever the deposed leader answers to the
+	// pings that queued up during its pause is the holder's last lease
+	// proof, and it must be one the new leader honours.
+	faultLeaderPauseCut = "leader-pause-cut"
 )
 
 // The short run injects each of these once; the long one draws from
 // these and chaosExtraKinds.
 var (
 	chaosFaultKinds = []string{faultLeaderKill, faultMemberPause, faultSupKill, faultSupStop, faultSupCut, faultHolderFreeze}
-	chaosExtraKinds = []string{faultLeaderPartition, faultMemberClientCut, faultLeaderPauseKill}
+	chaosExtraKinds = []string{faultLeaderPartition, faultMemberClientCut, faultLeaderPauseKill, faultLeaderPauseCut}
 )
 
 // chaosHosts is how many supervisors contend: enough that one is always
@@ -135,14 +141,15 @@ func TestChaosSingleton(t *testing.T) {
 				}
 			}
 		}
-		var memberKinds []string
-		for k := range chaosMemberFaults {
-			memberKinds = append(memberKinds, k)
+		var memberKinds []string // in the order of kinds: the seed's, not the map's
+		for _, k := range kinds {
+			if _, ok := chaosMemberFaults[k]; ok {
+				memberKinds = append(memberKinds, k)
+			}
 		}
-		sort.Strings(memberKinds) // map order is not the seed's
 		for time.Since(began) < duration {
 			k := kinds[w.rng.Intn(len(kinds))]
-			if _, member := chaosMemberFaults[k]; !member && w.rng.Intn(4) == 0 {
+			if _, member := chaosMemberFaults[k]; !member && len(memberKinds) > 0 && w.rng.Intn(4) == 0 {
 				// Now and then the ensemble falters while the holder does.
 				w.inject(k, memberKinds[w.rng.Intn(len(memberKinds))])
 				continue
@@ -488,6 +495,36 @@ func (w *chaosWorld) holderFault(kind string) {
 
 	case faultHolderFreeze:
 		w.freeze(target, inc)
+
+	case faultLeaderPauseCut:
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		l, err := w.members.Leader(ctx)
+		cancel()
+		if err != nil {
+			w.t.Fatal(err)
+		}
+		pause := sessionTimeout*2/3 - 150*time.Millisecond // the client's read timeout, less a little
+		w.logf("%s: member %d (leader) paused for %v", kind, l+1, ms(pause))
+		if err := w.members.Pause(l); err != nil {
+			w.t.Fatal(err)
+		}
+		time.Sleep(pause)
+		if err := w.members.Resume(l); err != nil {
+			w.t.Fatal(err)
+		}
+		time.Sleep(30 * time.Millisecond) // the deposed leader's moment to answer
+		inc.cut()
+		faulted = time.Now() // the successor's wait starts with the cut
+		w.logf("%s: member %d resumed, %s cut off", kind, l+1, target.host)
+		jobDead(sessionTimeout + 5*time.Second)
+		succ := w.successor(kind, target, faulted)
+		w.logf("%s: %s took over with token %d", kind, succ.host, succ.token)
+		w.awaitExit(kind, inc, 20*time.Second, supervisor.ExitSessionLost)
+		ctx, cancel = context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		if err := w.members.WaitHealthy(ctx); err != nil {
+			w.t.Fatal(err)
+		}
 	}
 }
 
