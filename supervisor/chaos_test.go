@@ -565,15 +565,7 @@ func (w *chaosWorld) freeze(target chaosRec, inc *chaosIncarnation) {
 		hasJob = hasJob || p == target.pid
 		_ = syscall.Kill(p, syscall.SIGSTOP)
 	}
-	if !hasJob && !alive(target.pid) {
-		// A member fault beside this one cost the job its lease first.
-		for _, p := range pids {
-			_ = syscall.Kill(p, syscall.SIGCONT)
-		}
-		w.logf("%s: the job of %s ended before the freeze; nothing frozen", kind, target.host)
-		return
-	}
-	if !hasJob || len(pids) < 3 {
+	if hasJob && len(pids) < 3 {
 		w.t.Fatalf("%s: processes of %s are %v; want the supervisor, its watchdog and job %d", kind, target.host, pids, target.pid)
 	}
 	waitUntil(w.t, 5*time.Second, "every process of "+target.host+" to stop", func() bool {
@@ -584,6 +576,17 @@ func (w *chaosWorld) freeze(target chaosRec, inc *chaosIncarnation) {
 		}
 		return true
 	})
+	if !alive(target.pid) {
+		// A member fault beside this one cost the job its lease first.
+		for _, p := range pids {
+			_ = syscall.Kill(p, syscall.SIGCONT)
+		}
+		w.logf("%s: the job of %s ended before the freeze; nothing frozen", kind, target.host)
+		return
+	}
+	if !hasJob {
+		w.t.Fatalf("%s: processes of %s are %v, without its job %d", kind, target.host, pids, target.pid)
+	}
 	stopped, faulted := supervisor.BoottimeNow(), time.Now()
 	w.logf("%s: stopped %s: pids %v", kind, target.host, pids)
 
