@@ -2,8 +2,8 @@ package supervisor_test
 
 // Helpers of the chaos test in chaos_test.go: the job that writes to a
 // fenced store, the supervisor hosts that contend for the lock, and the
-// checker that reads the records afterwards. They build on the e2e helpers (rig, proc,
-// dropProxy, waitUntil, pidsWithEnv, ...).
+// checker that reads the records afterwards. They build on the e2e
+// helpers (rig, proc, dropProxy, waitUntil, pidsWithEnv, ...).
 
 import (
 	"bufio"
@@ -171,9 +171,8 @@ func (x chaosRec) String() string {
 	return fmt.Sprintf("%s %d %s %d %d %s", x.kind, x.token, x.host, x.pid, x.at, strings.Join(x.extra, " "))
 }
 
-// readChaosRecs parses a records file; a torn last line (a job killed
-// mid-write cannot tear an O_APPEND write, but a reader can race one) is
-// skipped.
+// readChaosRecs parses a records file. A line that does not parse (one
+// being written while it is read) is skipped.
 func readChaosRecs(path string) []chaosRec {
 	b, err := os.ReadFile(path)
 	if err != nil {
