@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"strings"
 	"time"
 
@@ -18,7 +19,9 @@ import (
 
 // adminServer is the member's HTTP listener for operators: Prometheus
 // metrics and health probes. It is off unless Config.AdminAddr is set. It
-// serves nothing that changes the member or reveals znode data.
+// serves nothing that changes the member or reveals znode data. With
+// Config.Pprof it also serves Go's profiles under /debug/pprof/ (stacks and
+// timings, no znode data), off by default since a CPU profile costs CPU.
 type adminServer struct {
 	srv *http.Server
 	ln  net.Listener
@@ -46,6 +49,13 @@ func (m *Member) startAdmin() error {
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
 		probeReply(w, m.Ready())
 	})
+	if m.cfg.Pprof {
+		mux.HandleFunc("GET /debug/pprof/", pprof.Index)
+		mux.HandleFunc("GET /debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
+	}
 	a := &adminServer{
 		ln: ln,
 		srv: &http.Server{

@@ -97,6 +97,8 @@ type Config struct {
 	// AdminAddr is where the admin HTTP listener serves /metrics,
 	// /healthz and /readyz; empty (the default) means no listener.
 	AdminAddr string
+	// Pprof serves Go's runtime profiles on the admin listener.
+	Pprof bool
 
 	// Listeners already bound for the peer and client ports; when set they
 	// are used instead of PeerAddr and ClientAddr (tests bind port 0 first

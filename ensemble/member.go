@@ -129,6 +129,10 @@ func Start(cfg Config) (*Member, error) {
 	return m, nil
 }
 
+// logCacheSize is how many recent log entries stay in memory for
+// replication: a few batches of MaxAppendEntries.
+const logCacheSize = 2048
+
 func (m *Member) startRaft() error {
 	cfg := m.cfg
 	ln := cfg.PeerListener
@@ -221,7 +225,14 @@ func (m *Member) startRaft() error {
 	}
 	m.push = newCommitPusher(m.trans)
 	m.fsm.afterBatch = m.push.applied
-	r, err := raft.NewRaft(rc, m.fsm, m.metrics.timeLogStore(store), store, snaps, &pushTransport{m.trans, m.push})
+	// The leader reads back every entry it replicates; from bolt that is
+	// a read transaction and a msgpack decode per entry, most of its CPU
+	// under load. Recent entries are kept in memory instead.
+	logs, err := raft.NewLogCache(logCacheSize, m.metrics.timeLogStore(store))
+	if err != nil {
+		return fmt.Errorf("raft log cache: %w", err)
+	}
+	r, err := raft.NewRaft(rc, m.fsm, logs, store, snaps, &pushTransport{m.trans, m.push})
 	if err != nil {
 		return fmt.Errorf("raft: %w", err)
 	}

@@ -47,6 +47,7 @@ from it; --peers only matters the first time.
 	f.Duration("election-timeout", 300*time.Millisecond, "raft election timeout: how long a candidate waits for votes")
 	f.Uint64("snapshot-threshold", 8192, "log entries between snapshots")
 	f.String("admin-addr", "", "address for the admin HTTP listener: /metrics, /healthz, /readyz (default off; e.g. 127.0.0.1:8080)")
+	f.Bool("admin-pprof", false, "also serve Go's profiles under /debug/pprof/ on the admin listener")
 	f.String("log-format", "text", "log format on stderr: text or json")
 	f.String("log-level", "info", "log level: debug, info, warn, error")
 	addServerTLSFlags(f)
@@ -79,6 +80,7 @@ func runServer(cmd *cobra.Command, _ []string) error {
 		ElectionTimeout:   v.GetDuration("election-timeout"),
 		SnapshotThreshold: v.GetUint64("snapshot-threshold"),
 		AdminAddr:         v.GetString("admin-addr"),
+		Pprof:             v.GetBool("admin-pprof"),
 		Join:              v.GetBool("join"),
 		Restore:           v.GetString("restore"),
 		Logger:            log,
