@@ -137,16 +137,74 @@ const maxRPCFrame = 64 << 20
 
 var errPeerGone = errors.New("member connection lost")
 
-func writeRPC(w *bufio.Writer, kind byte, id uint64, payload []byte) error {
-	var hdr [13]byte
-	binary.BigEndian.PutUint32(hdr[:4], uint32(9+len(payload)))
-	hdr[4] = kind
-	binary.BigEndian.PutUint64(hdr[5:], id)
-	if _, err := w.Write(hdr[:]); err != nil {
+// appendRPC appends one frame to b.
+func appendRPC(b []byte, kind byte, id uint64, payload []byte) []byte {
+	b = binary.BigEndian.AppendUint32(b, uint32(9+len(payload)))
+	b = append(b, kind)
+	b = binary.BigEndian.AppendUint64(b, id)
+	return append(b, payload...)
+}
+
+// frameWriter sends frames from one goroutine: frames queued while a write
+// is under way go out together in the next one, so a burst of calls or
+// replies costs one system call rather than one each.
+type frameWriter struct {
+	mu      sync.Mutex
+	pending []byte
+	err     error
+	kick    chan struct{}
+}
+
+// newFrameWriter starts the sending goroutine; it ends when a write fails
+// (fail is called) or stop closes.
+func newFrameWriter(w io.Writer, stop <-chan struct{}, fail func(error)) *frameWriter {
+	fw := &frameWriter{kick: make(chan struct{}, 1)}
+	go func() {
+		var spare []byte
+		for {
+			select {
+			case <-fw.kick:
+			case <-stop:
+				return
+			}
+			// Two buffers take turns: frames are appended to one while
+			// the other is written, never to the one being written.
+			fw.mu.Lock()
+			buf := fw.pending
+			if len(buf) == 0 {
+				fw.mu.Unlock()
+				continue
+			}
+			fw.pending = spare[:0]
+			fw.mu.Unlock()
+			if _, err := w.Write(buf); err != nil {
+				fw.mu.Lock()
+				fw.err = err
+				fw.mu.Unlock()
+				fail(err)
+				return
+			}
+			spare = buf
+		}
+	}()
+	return fw
+}
+
+// send queues a frame; frames go out in the order queued.
+func (fw *frameWriter) send(kind byte, id uint64, payload []byte) error {
+	fw.mu.Lock()
+	if fw.err != nil {
+		err := fw.err
+		fw.mu.Unlock()
 		return err
 	}
-	_, err := w.Write(payload)
-	return err
+	fw.pending = appendRPC(fw.pending, kind, id, payload)
+	fw.mu.Unlock()
+	select {
+	case fw.kick <- struct{}{}:
+	default:
+	}
+	return nil
 }
 
 func readRPC(r *bufio.Reader) (kind byte, id uint64, payload []byte, err error) {
@@ -173,9 +231,10 @@ type rpcHandler func(kind byte, payload []byte) func() (byte, []byte)
 
 func serveRPC(c net.Conn, h rpcHandler) {
 	defer c.Close()
+	stop := make(chan struct{})
+	defer close(stop)
 	r := bufio.NewReaderSize(c, 64<<10)
-	w := bufio.NewWriterSize(c, 64<<10)
-	var mu sync.Mutex
+	w := newFrameWriter(c, stop, func(error) { c.Close() })
 	for {
 		kind, id, payload, err := readRPC(r)
 		if err != nil {
@@ -184,11 +243,7 @@ func serveRPC(c net.Conn, h rpcHandler) {
 		finish := h(kind, payload)
 		go func() {
 			rk, rp := finish()
-			mu.Lock()
-			defer mu.Unlock()
-			if writeRPC(w, rk, id, rp) == nil {
-				_ = w.Flush()
-			}
+			_ = w.send(rk, id, rp)
 		}()
 	}
 }
@@ -202,8 +257,8 @@ type rpcResult struct {
 // rpcConn is the calling side of one member connection.
 type rpcConn struct {
 	c       net.Conn
-	w       *bufio.Writer
-	wmu     sync.Mutex
+	w       *frameWriter
+	stop    chan struct{} // closed by fail: ends the writer
 	mu      sync.Mutex
 	nextID  uint64
 	pending map[uint64]chan rpcResult
@@ -222,7 +277,8 @@ func dialRPC(addr string, timeout time.Duration, pt *peerTLS) (*rpcConn, error) 
 		c.Close()
 		return nil, err
 	}
-	rc := &rpcConn{c: c, w: bufio.NewWriterSize(c, 64<<10), pending: map[uint64]chan rpcResult{}}
+	rc := &rpcConn{c: c, stop: make(chan struct{}), pending: map[uint64]chan rpcResult{}}
+	rc.w = newFrameWriter(c, rc.stop, rc.fail)
 	go rc.readLoop()
 	return rc, nil
 }
@@ -249,6 +305,7 @@ func (rc *rpcConn) fail(err error) {
 	rc.mu.Lock()
 	if rc.err == nil {
 		rc.err = fmt.Errorf("%w: %v", errPeerGone, err)
+		close(rc.stop)
 	}
 	pending := rc.pending
 	rc.pending = map[uint64]chan rpcResult{}
@@ -279,13 +336,9 @@ func (rc *rpcConn) start(kind byte, payload []byte) <-chan rpcResult {
 	rc.nextID++
 	id := rc.nextID
 	rc.pending[id] = ch
+	// Queued under mu, so calls reach the wire in the order started.
+	err := rc.w.send(kind, id, payload)
 	rc.mu.Unlock()
-	rc.wmu.Lock()
-	err := writeRPC(rc.w, kind, id, payload)
-	if err == nil {
-		err = rc.w.Flush()
-	}
-	rc.wmu.Unlock()
 	if err != nil {
 		rc.fail(err)
 	}
