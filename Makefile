@@ -41,9 +41,12 @@ bench: build
 # The same workloads against coordrun, Apache ZooKeeper (Debian: zookeeper),
 # etcd (Debian: etcd-server) and bare hashicorp/raft in one run; a table,
 # JSON and a plot land in BENCH_OUT. Systems not installed are skipped.
-BENCH_OUT ?= bench-out
+# A quick run: make bench-compare BENCH_FLAGS='-workloads write,read,pred
+# -duration 1s -warmup 200ms -write-clients 1,32 -waiters 10'
+BENCH_OUT   ?= bench-out
+BENCH_FLAGS ?=
 bench-compare: build
-	$(GO) run ./ensemble/bench -bin $(BIN) -compare -out $(BENCH_OUT)
+	$(GO) run ./ensemble/bench -bin $(BIN) -compare -out $(BENCH_OUT) $(BENCH_FLAGS)
 
 # Fault injection with history checks, longer than the short runs inside
 # `make test`: CHAOS_DURATION per test, CHAOS_MEMBERS members; a failing

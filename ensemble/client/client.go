@@ -373,7 +373,13 @@ func (c *Client) Close() error {
 			case <-t.C:
 				err = errors.New("no reply")
 			case <-c.done:
-				err = c.Err()
+				// A server closes the connection right after its reply;
+				// that reply, when it came, was handled first.
+				select {
+				case err = <-r.done:
+				default:
+					err = c.Err()
+				}
 			}
 			t.Stop()
 		}
