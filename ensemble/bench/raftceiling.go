@@ -31,10 +31,10 @@ func raftConfig(id string, log hclog.Logger) *raft.Config {
 	rc := raft.DefaultConfig()
 	rc.LocalID = raft.ServerID(id)
 	rc.Logger = log
-	rc.HeartbeatTimeout = 500 * time.Millisecond
-	rc.ElectionTimeout = 500 * time.Millisecond
+	rc.HeartbeatTimeout = 300 * time.Millisecond
+	rc.ElectionTimeout = 300 * time.Millisecond
 	rc.LeaderLeaseTimeout = rc.HeartbeatTimeout / 2
-	rc.CommitTimeout = 5 * time.Millisecond
+	rc.CommitTimeout = 50 * time.Millisecond
 	rc.MaxAppendEntries = 512
 	rc.BatchApplyCh = true
 	rc.SnapshotThreshold = 8192
@@ -99,7 +99,13 @@ func startRaftCluster(ctx context.Context, dir string) (*raftCluster, error) {
 			rc.stop()
 			return nil, err
 		}
-		r, err := raft.NewRaft(cfg, nopFSM{}, store, store, snaps, rc.trans[i-1])
+		// Like the member: recent entries cached for replication.
+		logs, err := raft.NewLogCache(2048, store)
+		if err != nil {
+			rc.stop()
+			return nil, err
+		}
+		r, err := raft.NewRaft(cfg, nopFSM{}, logs, store, snaps, rc.trans[i-1])
 		if err != nil {
 			rc.stop()
 			return nil, err
