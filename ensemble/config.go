@@ -176,6 +176,9 @@ func (c *Config) fillDefaults() error {
 	if len(c.Peers) > 0 && c.advertised() == "" {
 		return fmt.Errorf("member id %q is not in the peer list", c.ID)
 	}
+	if c.Pprof && c.AdminAddr == "" {
+		return errors.New("profiles are served on the admin listener: pprof needs an admin address")
+	}
 	if err := c.checkTLS(); err != nil {
 		return err
 	}

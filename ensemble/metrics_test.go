@@ -205,6 +205,9 @@ func TestMetrics(t *testing.T) {
 	if code, _ := adminGet(t, m, "/nope"); code != http.StatusNotFound {
 		t.Errorf("/nope: %d, want 404", code)
 	}
+	if code, _ := adminGet(t, m, "/debug/pprof/"); code != http.StatusNotFound {
+		t.Errorf("/debug/pprof/ without Pprof: %d, want 404", code)
+	}
 
 	// Close stops the admin listener.
 	addr := m.AdminAddr()
@@ -212,6 +215,18 @@ func TestMetrics(t *testing.T) {
 	if resp, err := adminHTTP.Get("http://" + addr + "/healthz"); err == nil {
 		resp.Body.Close()
 		t.Errorf("admin listener still answers after Close: %d", resp.StatusCode)
+	}
+}
+
+// TestAdminPprof: with Pprof the admin listener serves Go's profiles.
+func TestAdminPprof(t *testing.T) {
+	c := startCluster(t, 1, withAdmin, func(cfg *Config) { cfg.Pprof = true })
+	m := c.members[0]
+	if code, body := adminGet(t, m, "/debug/pprof/goroutine?debug=1"); code != http.StatusOK || !strings.Contains(body, "goroutine profile:") {
+		t.Errorf("/debug/pprof/goroutine: %d %.80q", code, body)
+	}
+	if code, _ := adminGet(t, m, "/debug/pprof/heap"); code != http.StatusOK {
+		t.Errorf("/debug/pprof/heap: %d", code)
 	}
 }
 

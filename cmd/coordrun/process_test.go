@@ -688,6 +688,13 @@ func TestBadConfig(t *testing.T) {
 			},
 			want: "--id is required",
 		},
+		{
+			name: "profiles without an admin listener",
+			args: func(dir string) []string {
+				return []string{"--id", "1", "--data-dir", dir, "--client-addr", client, "--peer-addr", peer, "--admin-pprof"}
+			},
+			want: "pprof needs an admin address",
+		},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
