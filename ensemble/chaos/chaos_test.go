@@ -231,6 +231,8 @@ func TestFaultsTakeEffect(t *testing.T) {
 	}
 	c.Partition([]int{old})
 	deadline := time.Now().Add(30 * time.Second)
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
 	for {
 		if ls := c.leaders(); len(ls) == 1 && ls[0] != old {
 			break
@@ -238,7 +240,7 @@ func TestFaultsTakeEffect(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("isolated leader %d was not replaced (leaders %v)", old+1, c.leaders())
 		}
-		time.Sleep(50 * time.Millisecond) // polling interval
+		<-tick.C
 	}
 	c.Heal()
 	if err := c.WaitHealthy(ctx); err != nil {
