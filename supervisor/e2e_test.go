@@ -388,6 +388,27 @@ func TestE2ESignals(t *testing.T) {
 			}
 		})
 	})
+	// Next in line, a supervisor has its watchdog started ahead, armed but
+	// not running the job; killed with -9, it must take that watchdog with
+	// it and the job must never start.
+	t.Run("next in line killed", func(t *testing.T) {
+		b := sharedCoordrun(t)
+		r := newRig(t, b)
+		r.supervise("A", nil, r.job("A", "-forever")...)
+		r.await(10*time.Second, "start", "A", "")
+		w := r.supervise("W", nil, r.job("W", "-hold", "0s")...)
+		var armed []int
+		waitUntil(t, 10*time.Second, "W's armed watchdog", func() bool {
+			armed = childrenOf(w.pid())
+			return len(armed) == 1
+		})
+		w.signal(syscall.SIGKILL)
+		w.exit(t, 5*time.Second)
+		waitUntil(t, 5*time.Second, "the armed watchdog to exit with its supervisor", func() bool { return !alive(armed[0]) })
+		if _, ok := r.find("start", "W", ""); ok {
+			t.Errorf("the killed supervisor's job ran")
+		}
+	})
 }
 
 // pollFor polls cond until it holds (true) or d passes (false).
