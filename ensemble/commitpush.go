@@ -153,8 +153,14 @@ func (c *commitPusher) run(p *pushPeer) {
 			continue
 		}
 		c.mu.Lock()
-		if p.term == term && index > p.pushed {
+		switch {
+		case p.term != term:
+		case resp.Success && index > p.pushed:
 			p.pushed = index
+		case !resp.Success:
+			// Its log no longer holds what it did (a member rebuilt
+			// under the same id): learn its progress afresh from raft.
+			p.match = 0
 		}
 		c.mu.Unlock()
 	}
