@@ -32,6 +32,7 @@ import (
 	"github.com/coordrun/coordrun/ensemble"
 	"github.com/coordrun/coordrun/ensemble/client"
 	"github.com/coordrun/coordrun/ensemble/wire"
+	"github.com/coordrun/coordrun/ensemble/zkserver"
 	"github.com/coordrun/coordrun/supervisor"
 )
 
@@ -591,11 +592,8 @@ type sharedBackends struct {
 	coordrunErr  error
 
 	zkOnce sync.Once
-	zkAddr string
+	zk     *zkserver.Server
 	zkErr  error
-	zkCmd  *exec.Cmd
-	zkDir  string
-	zkLog  lockedBuffer
 }
 
 var shared sharedBackends
@@ -604,12 +602,8 @@ func (s *sharedBackends) closeAll() {
 	if s.coordrun != nil {
 		s.coordrun.close()
 	}
-	if s.zkCmd != nil {
-		_ = s.zkCmd.Process.Kill()
-		_ = s.zkCmd.Wait()
-	}
-	if s.zkDir != "" {
-		os.RemoveAll(s.zkDir)
+	if s.zk != nil {
+		s.zk.Stop()
 	}
 }
 
@@ -624,73 +618,23 @@ func sharedCoordrun(t *testing.T) *backend {
 	return shared.coordrun
 }
 
-const zkJar = "/usr/share/java/zookeeper.jar"
-
 // sharedZooKeeper is a standalone Apache ZooKeeper (Debian's package), as
 // ensemble/client's interop tests start it. Without java or the jar the
 // test skips, unless CI is set.
 func sharedZooKeeper(t *testing.T) *backend {
 	t.Helper()
-	java, err := exec.LookPath("java")
-	if err == nil {
-		_, err = os.Stat(zkJar)
-	}
+	java, err := zkserver.Java()
 	if err != nil {
 		if os.Getenv("CI") != "" {
 			t.Fatalf("Apache ZooKeeper is required in CI: %v", err)
 		}
 		t.Skipf("Apache ZooKeeper not installed: %v", err)
 	}
-	shared.zkOnce.Do(func() { shared.zkAddr, shared.zkErr = launchZooKeeper(java) })
+	shared.zkOnce.Do(func() { shared.zk, shared.zkErr = zkserver.Start(java, "coordrun-e2e-zk-") })
 	if shared.zkErr != nil {
-		t.Fatalf("starting ZooKeeper: %v\n%s", shared.zkErr, shared.zkLog.String())
+		t.Fatalf("starting ZooKeeper: %v", shared.zkErr)
 	}
-	return &backend{name: "zookeeper", servers: []string{shared.zkAddr}, zk: true}
-}
-
-func launchZooKeeper(java string) (string, error) {
-	dir, err := os.MkdirTemp("", "coordrun-e2e-zk-")
-	if err != nil {
-		return "", err
-	}
-	shared.zkDir = dir
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	ln.Close()
-	// tickTime 200ms: sessions expire within a tick of their timeout.
-	cfg := fmt.Sprintf(`tickTime=200
-dataDir=%s
-clientPort=%d
-clientPortAddress=127.0.0.1
-minSessionTimeout=400
-maxSessionTimeout=20000
-admin.enableServer=false
-4lw.commands.whitelist=*
-`, filepath.Join(dir, "data"), port)
-	cfgPath := filepath.Join(dir, "zoo.cfg")
-	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
-		return "", err
-	}
-	cmd := exec.Command(java, "-cp", "/etc/zookeeper/conf:"+zkJar,
-		"-Dzookeeper.log.dir="+dir, "-Dzookeeper.root.logger=INFO,CONSOLE",
-		"org.apache.zookeeper.server.ZooKeeperServerMain", cfgPath)
-	cmd.Stdout, cmd.Stderr = &shared.zkLog, &shared.zkLog
-	if err := cmd.Start(); err != nil {
-		return "", err
-	}
-	shared.zkCmd = cmd
-	addr := fmt.Sprintf("127.0.0.1:%d", port)
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	c, err := client.Connect(ctx, client.Config{Servers: []string{addr}, SessionTimeout: 4 * time.Second})
-	if err != nil {
-		return "", err
-	}
-	c.Close()
-	return addr, nil
+	return &backend{name: "zookeeper", servers: []string{shared.zk.Addr}, zk: true}
 }
 
 // forEachBackend runs f against the coordrun ensemble and against Apache

@@ -1,128 +1,48 @@
 package client
 
 import (
-	"bytes"
-	"context"
 	"fmt"
-	"net"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/coordrun/coordrun/ensemble/zkserver"
 )
 
 // Interop with Apache ZooKeeper: the tests below start a standalone
 // ZooKeeper 3.8 (Debian's package) on a free loopback port. Without java
 // or the jar they skip, unless CI is set, where they fail.
 
-const zkJar = "/usr/share/java/zookeeper.jar"
-
 // zkServer runs one standalone ZooKeeper for all interop tests of a run.
 var zkServer struct {
 	once sync.Once
-	addr string
+	srv  *zkserver.Server
 	err  error
-	cmd  *exec.Cmd
-	log  *bytes.Buffer
-	dir  string
 }
-
-// lockedBuffer is safe for the java process's writes and a test's reads.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
-var zkLog lockedBuffer
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if zkServer.cmd != nil {
-		zkServer.cmd.Process.Kill()
-		zkServer.cmd.Wait()
-		os.RemoveAll(zkServer.dir)
+	if zkServer.srv != nil {
+		zkServer.srv.Stop()
 	}
 	os.Exit(code)
 }
 
 func startZooKeeper(t *testing.T) string {
 	t.Helper()
-	java, err := exec.LookPath("java")
-	if err == nil {
-		_, err = os.Stat(zkJar)
-	}
+	java, err := zkserver.Java()
 	if err != nil {
 		if os.Getenv("CI") != "" {
 			t.Fatalf("Apache ZooKeeper is required in CI: %v", err)
 		}
 		t.Skipf("Apache ZooKeeper not installed: %v", err)
 	}
-	zkServer.once.Do(func() {
-		zkServer.addr, zkServer.err = launchZooKeeper(java)
-	})
+	zkServer.once.Do(func() { zkServer.srv, zkServer.err = zkserver.Start(java, "coordrun-zk-") })
 	if zkServer.err != nil {
-		t.Fatalf("starting ZooKeeper: %v\n%s", zkServer.err, zkLog.String())
+		t.Fatalf("starting ZooKeeper: %v", zkServer.err)
 	}
-	return zkServer.addr
-}
-
-func launchZooKeeper(java string) (string, error) {
-	dir, err := os.MkdirTemp("", "coordrun-zk-")
-	if err != nil {
-		return "", err
-	}
-	zkServer.dir = dir
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	ln.Close()
-	cfg := fmt.Sprintf(`tickTime=200
-dataDir=%s
-clientPort=%d
-clientPortAddress=127.0.0.1
-minSessionTimeout=400
-maxSessionTimeout=20000
-admin.enableServer=false
-4lw.commands.whitelist=*
-`, filepath.Join(dir, "data"), port)
-	cfgPath := filepath.Join(dir, "zoo.cfg")
-	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
-		return "", err
-	}
-	cmd := exec.Command(java, "-cp", "/etc/zookeeper/conf:"+zkJar,
-		"-Dzookeeper.log.dir="+dir, "-Dzookeeper.root.logger=INFO,CONSOLE",
-		"org.apache.zookeeper.server.ZooKeeperServerMain", cfgPath)
-	cmd.Stdout, cmd.Stderr = &zkLog, &zkLog
-	if err := cmd.Start(); err != nil {
-		return "", err
-	}
-	zkServer.cmd = cmd
-	addr := fmt.Sprintf("127.0.0.1:%d", port)
-	// Connect retries until the server listens; one session proves it up.
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	c, err := Connect(ctx, Config{Servers: []string{addr}, SessionTimeout: 4 * time.Second})
-	if err != nil {
-		return "", err
-	}
-	c.Close()
-	return addr, nil
+	return zkServer.srv.Addr
 }
 
 func TestZooKeeperOps(t *testing.T) {
