@@ -269,10 +269,23 @@ func (w *chaosWorld) problem(format string, args ...any) {
 	w.logf("VIOLATION: %s", msg)
 }
 
-// pace sleeps between lo and hi: the schedule's rhythm, not a wait for
+// pace waits between lo and hi: the schedule's rhythm, not a wait for
 // any state.
 func (w *chaosWorld) pace(lo, hi time.Duration) {
-	time.Sleep(lo + time.Duration(w.rng.Int63n(int64(hi-lo)+1)))
+	w.hold(lo + time.Duration(w.rng.Int63n(int64(hi-lo)+1)))
+}
+
+// hold lets d pass while a fault lasts or between faults, or less once the
+// world stops; it reports whether the whole d passed.
+func (w *chaosWorld) hold(d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-w.stop:
+		return false
+	}
 }
 
 func (w *chaosWorld) runs() []chaosRec { return readChaosRecs(filepath.Join(w.dir, chaosRunsLog)) }
@@ -516,11 +529,11 @@ func (w *chaosWorld) holderFault(kind string) {
 		if err := w.members.Pause(l); err != nil {
 			w.t.Fatal(err)
 		}
-		time.Sleep(pause)
+		w.hold(pause)
 		if err := w.members.Resume(l); err != nil {
 			w.t.Fatal(err)
 		}
-		time.Sleep(30 * time.Millisecond) // the deposed leader's moment to answer
+		w.hold(30 * time.Millisecond) // the deposed leader's moment to answer
 		inc.cut()
 		faulted = time.Now() // the successor's wait starts with the cut
 		w.logf("%s: member %d resumed, %s cut off", kind, l+1, target.host)
