@@ -15,6 +15,7 @@ import (
 	"github.com/coordrun/coordrun/ensemble/client"
 	"github.com/coordrun/coordrun/supervisor"
 	"github.com/spf13/cobra"
+	"github.com/spf13/viper"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -212,25 +213,41 @@ func checkJobKeys(n *yaml.Node) error {
 // connectFor opens a short session for an inspecting or administrative
 // command, from its --servers, --timeout and TLS flags. The context bounds
 // the whole command; cancel it and close the client when done.
-func connectFor(cmd *cobra.Command, v interface {
-	GetString(string) string
-	GetDuration(string) time.Duration
-}) (*client.Client, context.Context, context.CancelFunc, error) {
+// clientSession is a client command's configuration, its session and its
+// deadline (--timeout).
+type clientSession struct {
+	v      *viper.Viper
+	c      *client.Client
+	ctx    context.Context
+	cancel context.CancelFunc
+}
+
+// connectCommand loads cmd's configuration and opens a session with it.
+func connectCommand(cmd *cobra.Command) (*clientSession, error) {
+	v, err := loadConfig(cmd)
+	if err != nil {
+		return nil, err
+	}
 	servers := splitServers(v.GetString("servers"))
 	if len(servers) == 0 {
-		return nil, nil, nil, usageError{errors.New("--servers is empty")}
+		return nil, usageError{errors.New("--servers is empty")}
 	}
 	tlsCfg, err := clientTLS(v)
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, err
 	}
 	ctx, cancel := context.WithTimeout(cmd.Context(), v.GetDuration("timeout"))
 	c, err := client.Connect(ctx, client.Config{Servers: servers, SessionTimeout: 10 * time.Second, TLS: tlsCfg})
 	if err != nil {
 		cancel()
-		return nil, nil, nil, usageError{fmt.Errorf("connect to %s: %w", v.GetString("servers"), err)}
+		return nil, usageError{fmt.Errorf("connect to %s: %w", v.GetString("servers"), err)}
 	}
-	return c, ctx, cancel, nil
+	return &clientSession{v: v, c: c, ctx: ctx, cancel: cancel}, nil
+}
+
+func (s *clientSession) close() {
+	s.c.Close()
+	s.cancel()
 }
 
 func addInspectFlags(cmd *cobra.Command, root string) {
@@ -248,16 +265,12 @@ func newCronHistoryCommand() *cobra.Command {
 		Short: "Show a job's firings: scheduled time, host, token, start, duration, exit code",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			v, err := loadConfig(cmd)
+			s, err := connectCommand(cmd)
 			if err != nil {
 				return err
 			}
-			c, ctx, cancel, err := connectFor(cmd, v)
-			if err != nil {
-				return err
-			}
-			defer cancel()
-			defer c.Close()
+			defer s.close()
+			v, c, ctx := s.v, s.c, s.ctx
 			recs, err := supervisor.CronHistory(ctx, c, v.GetString("root"), args[0])
 			if err != nil {
 				return err
@@ -305,16 +318,12 @@ func newCronListCommand() *cobra.Command {
 		Short: "List cron jobs: schedule, last run, next firing, hosts taking part",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			v, err := loadConfig(cmd)
+			s, err := connectCommand(cmd)
 			if err != nil {
 				return err
 			}
-			c, ctx, cancel, err := connectFor(cmd, v)
-			if err != nil {
-				return err
-			}
-			defer cancel()
-			defer c.Close()
+			defer s.close()
+			v, c, ctx := s.v, s.c, s.ctx
 			jobs, hosts, err := supervisor.CronJobs(ctx, c, v.GetString("root"))
 			if err != nil {
 				return err

@@ -60,16 +60,12 @@ func addAdminFlags(cmd *cobra.Command) {
 }
 
 func reconfig(cmd *cobra.Command, joining, leaving string) error {
-	v, err := loadConfig(cmd)
+	s, err := connectCommand(cmd)
 	if err != nil {
 		return err
 	}
-	c, ctx, cancel, err := connectFor(cmd, v)
-	if err != nil {
-		return err
-	}
-	defer cancel()
-	defer c.Close()
+	defer s.close()
+	c, ctx := s.c, s.ctx
 	cfg, err := c.Reconfig(ctx, joining, leaving)
 	if err != nil {
 		return fmt.Errorf("membership change refused: %w", err)

@@ -16,16 +16,12 @@ func newStatusCommand() *cobra.Command {
 		Use:   "status [lock...]",
 		Short: "Show each lock's holder (host, pid, token, since) and its queue",
 		RunE: func(cmd *cobra.Command, args []string) error {
-			v, err := loadConfig(cmd)
+			s, err := connectCommand(cmd)
 			if err != nil {
 				return err
 			}
-			c, ctx, cancel, err := connectFor(cmd, v)
-			if err != nil {
-				return err
-			}
-			defer cancel()
-			defer c.Close()
+			defer s.close()
+			v, c, ctx := s.v, s.c, s.ctx
 			locks, err := supervisor.Inspect(ctx, c, v.GetString("root"), args)
 			if err != nil {
 				return err
