@@ -40,15 +40,18 @@ type Identity struct {
 	ID     string
 }
 
-// Schemes with a server authentication provider. ZooKeeper by default
-// registers only "ip" and "digest"; ACL entries of any other scheme (besides
-// the pseudo-schemes "world" and "auth") are rejected as invalid, and
-// identities of other schemes never match an ACL entry.
+// Schemes with a server authentication provider: "ip" and "digest", which
+// ZooKeeper registers by default, and "x509", which a ZooKeeper serving TLS
+// clients registers (X509AuthenticationProvider) and whose identities the
+// member derives from verified client certificates. ACL entries of any other
+// scheme (besides the pseudo-schemes "world" and "auth") are rejected as
+// invalid, and identities of other schemes never match an ACL entry.
 const (
 	schemeWorld  = "world"
 	schemeAuth   = "auth"
 	schemeIP     = "ip"
 	schemeDigest = "digest"
+	schemeX509   = "x509"
 	schemeSuper  = "super"
 )
 
@@ -57,10 +60,17 @@ const (
 // exact duplicates are dropped first; the list must then be non-empty; every
 // entry must be world:anyone, auth:<anything> or a valid id of a registered
 // scheme. "auth" expands to every identity of the requester whose provider
-// counts as authenticated (digest only: ZooKeeper's ip provider is not
+// counts as authenticated (digest and x509: ZooKeeper's ip provider is not
 // authenticated, and "super" has no provider); if there is none the list is
 // invalid.
 func fixupACL(acl []ACL, auth []Identity) ([]ACL, error) {
+	return fixupACLSchemes(acl, auth, true)
+}
+
+// fixupACLSchemes is fixupACL with the x509 scheme registered or not: a log
+// entry written before coordrun knew the scheme is replayed as it was first
+// applied, with x509 entries invalid (see Txn.preX509).
+func fixupACLSchemes(acl []ACL, auth []Identity, x509 bool) ([]ACL, error) {
 	if len(acl) == 1 && acl[0].Scheme == schemeWorld && acl[0].ID == "anyone" {
 		// The common case, with nothing to check or expand. The caller
 		// copies the list before keeping it.
@@ -90,7 +100,7 @@ func fixupACL(acl []ACL, auth []Identity) ([]ACL, error) {
 		case a.Scheme == schemeAuth:
 			found := false
 			for _, id := range auth {
-				if id.Scheme == schemeDigest {
+				if id.Scheme == schemeDigest || (x509 && id.Scheme == schemeX509) {
 					found = true
 					out = append(out, ACL{Perms: a.Perms, Scheme: id.Scheme, ID: id.ID})
 				}
@@ -101,6 +111,12 @@ func fixupACL(acl []ACL, auth []Identity) ([]ACL, error) {
 		case a.Scheme == schemeDigest && validDigestID(a.ID):
 			out = append(out, a)
 		case a.Scheme == schemeIP && validIPID(a.ID):
+			out = append(out, a)
+		case x509 && a.Scheme == schemeX509 && a.ID != "":
+			// ZooKeeper's provider accepts what parses as an X.500 name;
+			// coordrun's x509 identities may also be SAN values or single
+			// attributes (see the member's --tls-client-identity), so any
+			// non-empty id is accepted. Matching is exact either way.
 			out = append(out, a)
 		default:
 			return nil, ErrInvalidACL
@@ -247,10 +263,20 @@ func ipMatches(id, expr string) bool {
 	return true
 }
 
+// Permitted reports whether identities auth hold any bit of perm on a node
+// with the given ACL, by the rules of every permission check in the tree.
+// The member uses it for watch notifications: an Event carries the ACL its
+// READ check runs against. Permitted(acl, PermRead, nil) reports whether
+// anyone at all may read.
+func Permitted(acl []ACL, perm int32, auth []Identity) bool {
+	return permitted(acl, perm, auth)
+}
+
 // permitted reports whether identities auth hold perm on a node with the
 // given ACL, following ZooKeeperServer.checkACL: an empty ACL permits
 // everything, a super identity bypasses the check, and otherwise some entry
-// with any of the perm bits must match one identity.
+// with any of the perm bits must match one identity. x509 ids match
+// exactly, as X509AuthenticationProvider.matches does.
 func permitted(acl []ACL, perm int32, auth []Identity) bool {
 	if len(acl) == 0 {
 		return true
@@ -278,6 +304,12 @@ func permitted(acl []ACL, perm int32, auth []Identity) bool {
 		case schemeIP:
 			for _, id := range auth {
 				if id.Scheme == schemeIP && ipMatches(id.ID, a.ID) {
+					return true
+				}
+			}
+		case schemeX509:
+			for _, id := range auth {
+				if id.Scheme == schemeX509 && id.ID == a.ID {
 					return true
 				}
 			}

@@ -70,6 +70,12 @@ type Txn struct {
 	Ops      []Op
 	Timeout  int32  // TxnCreateSession: negotiated timeout in ms
 	Password []byte // TxnCreateSession: the session password chosen by the proposer
+
+	// preX509: decoded from a log entry written before coordrun knew the
+	// x509 scheme, which nonetheless names it. Such an entry was applied
+	// with x509 ACL entries invalid, and replaying it must give the same
+	// outcome on every member, whatever its snapshot point.
+	preX509 bool
 }
 
 // OpResult is the outcome of one op.
@@ -109,6 +115,13 @@ const (
 type Event struct {
 	Type EventType
 	Path string
+	// ACL is the list a watcher needs READ on to be told of the event, as
+	// it stood when the change was made (ZooKeeper's DataTree passes the
+	// same to its watch manager): the node's own ACL for EventCreated,
+	// EventDataChanged and EventDeleted (the deleted node's last ACL), and
+	// the parent's for EventChildrenChanged. Later ops of the same
+	// transaction do not alter it. Shared with the tree: do not modify.
+	ACL []ACL
 }
 
 // Apply applies a transaction at zxid (its raft log index) and reports the
@@ -286,7 +299,7 @@ func (t *Tree) create(txn *Txn, op *Op, r *OpResult, zxid int64, events []Event)
 		}
 		owner = txn.Session
 	}
-	acl, err := fixupACL(op.ACL, txn.Auth)
+	acl, err := fixupACLSchemes(op.ACL, txn.Auth, !txn.preX509)
 	if err != nil {
 		return events, err
 	}
@@ -342,8 +355,8 @@ func (t *Tree) create(txn *Txn, op *Op, r *OpResult, zxid int64, events []Event)
 	r.Path = path
 	r.Stat = n.stat
 	return append(events,
-		Event{Type: EventCreated, Path: path},
-		Event{Type: EventChildrenChanged, Path: parentPath}), nil
+		Event{Type: EventCreated, Path: path, ACL: n.acl.acl},
+		Event{Type: EventChildrenChanged, Path: parentPath, ACL: parent.acl.acl}), nil
 }
 
 // delete follows PrepRequestProcessor's delete case. Error precedence:
@@ -394,8 +407,8 @@ func (t *Tree) deleteNode(path string, parent *node, parentPath, name string, n 
 		parent.stat = old
 	})
 	return append(events,
-		Event{Type: EventDeleted, Path: path},
-		Event{Type: EventChildrenChanged, Path: parentPath})
+		Event{Type: EventDeleted, Path: path, ACL: n.acl.acl},
+		Event{Type: EventChildrenChanged, Path: parentPath, ACL: parent.acl.acl})
 }
 
 // cleanContainers deletes the containers that lost their last child during
@@ -447,7 +460,7 @@ func (t *Tree) setData(txn *Txn, op *Op, r *OpResult, zxid int64, events []Event
 		n.data, n.stat = oldData, oldStat
 	})
 	r.Stat = n.stat
-	return append(events, Event{Type: EventDataChanged, Path: op.Path}), nil
+	return append(events, Event{Type: EventDataChanged, Path: op.Path, ACL: n.acl.acl}), nil
 }
 
 // setACL follows PrepRequestProcessor's setACL case, where the ACL list is
@@ -457,7 +470,7 @@ func (t *Tree) setACL(txn *Txn, op *Op, r *OpResult) error {
 	if err := validatePath(op.Path); err != nil {
 		return err
 	}
-	acl, err := fixupACL(op.ACL, txn.Auth)
+	acl, err := fixupACLSchemes(op.ACL, txn.Auth, !txn.preX509)
 	if err != nil {
 		return err
 	}

@@ -193,12 +193,12 @@ func TestCreateStats(t *testing.T) {
 	if p != wantP {
 		t.Fatalf("parent %+v want %+v", p, wantP)
 	}
-	if !eventsEqual(res.Events, []Event{{EventCreated, "/p/c"}, {EventChildrenChanged, "/p"}}) {
+	if !eventsEqual(res.Events, []Event{{Type: EventCreated, Path: "/p/c"}, {Type: EventChildrenChanged, Path: "/p"}}) {
 		t.Fatalf("events %v", res.Events)
 	}
 
 	res = h.do(0, nil, createOp("/top", "", 0))
-	if !eventsEqual(res.Events, []Event{{EventCreated, "/top"}, {EventChildrenChanged, "/"}}) {
+	if !eventsEqual(res.Events, []Event{{Type: EventCreated, Path: "/top"}, {Type: EventChildrenChanged, Path: "/"}}) {
 		t.Fatalf("events %v", res.Events)
 	}
 
@@ -265,7 +265,7 @@ func TestSequential(t *testing.T) {
 	if after.Cversion != before.Cversion || after.Pzxid != h.zxid || after.NumChildren != before.NumChildren-1 {
 		t.Fatalf("after delete %+v (before %+v)", after, before)
 	}
-	if !eventsEqual(res.Events, []Event{{EventDeleted, "/q/n-0000000001"}, {EventChildrenChanged, "/q"}}) {
+	if !eventsEqual(res.Events, []Event{{Type: EventDeleted, Path: "/q/n-0000000001"}, {Type: EventChildrenChanged, Path: "/q"}}) {
 		t.Fatalf("events %v", res.Events)
 	}
 	if r := h.must(0, nil, createOp("/q/n-", "", ModePersistentSequential)); r.Path != "/q/n-0000000005" {
@@ -323,7 +323,7 @@ func TestSetData(t *testing.T) {
 	if res.Ops[0].Stat != want || h.stat("/a") != want {
 		t.Fatalf("stat %+v / %+v want %+v", res.Ops[0].Stat, h.stat("/a"), want)
 	}
-	if !eventsEqual(res.Events, []Event{{EventDataChanged, "/a"}}) {
+	if !eventsEqual(res.Events, []Event{{Type: EventDataChanged, Path: "/a"}}) {
 		t.Fatalf("events %v", res.Events)
 	}
 	if d, _, _ := h.tree.Get("/a", nil); string(d) != "three" {
@@ -401,9 +401,9 @@ func TestContainers(t *testing.T) {
 		t.Fatal("emptied containers survived")
 	}
 	want := []Event{
-		{EventDeleted, "/c/inner/e"}, {EventChildrenChanged, "/c/inner"},
-		{EventDeleted, "/c/inner"}, {EventChildrenChanged, "/c"},
-		{EventDeleted, "/c"}, {EventChildrenChanged, "/"},
+		{Type: EventDeleted, Path: "/c/inner/e"}, {Type: EventChildrenChanged, Path: "/c/inner"},
+		{Type: EventDeleted, Path: "/c/inner"}, {Type: EventChildrenChanged, Path: "/c"},
+		{Type: EventDeleted, Path: "/c"}, {Type: EventChildrenChanged, Path: "/"},
 	}
 	if !eventsEqual(res.Events, want) {
 		t.Fatalf("events %v want %v", res.Events, want)
@@ -458,10 +458,10 @@ func TestMulti(t *testing.T) {
 		t.Fatalf("results %+v", res.Ops)
 	}
 	want := []Event{
-		{EventCreated, "/a/b"}, {EventChildrenChanged, "/a"},
-		{EventDataChanged, "/a/b"},
-		{EventCreated, "/a/s-0000000001"}, {EventChildrenChanged, "/a"},
-		{EventDeleted, "/a/b"}, {EventChildrenChanged, "/a"},
+		{Type: EventCreated, Path: "/a/b"}, {Type: EventChildrenChanged, Path: "/a"},
+		{Type: EventDataChanged, Path: "/a/b"},
+		{Type: EventCreated, Path: "/a/s-0000000001"}, {Type: EventChildrenChanged, Path: "/a"},
+		{Type: EventDeleted, Path: "/a/b"}, {Type: EventChildrenChanged, Path: "/a"},
 	}
 	if !eventsEqual(res.Events, want) {
 		t.Fatalf("events %v", res.Events)
@@ -605,9 +605,9 @@ func TestCloseSession(t *testing.T) {
 		t.Fatal(res.Err)
 	}
 	want := []Event{
-		{EventDeleted, "/app/a"}, {EventChildrenChanged, "/app"},
-		{EventDeleted, "/app/b"}, {EventChildrenChanged, "/app"},
-		{EventDeleted, "/z"}, {EventChildrenChanged, "/"},
+		{Type: EventDeleted, Path: "/app/a"}, {Type: EventChildrenChanged, Path: "/app"},
+		{Type: EventDeleted, Path: "/app/b"}, {Type: EventChildrenChanged, Path: "/app"},
+		{Type: EventDeleted, Path: "/z"}, {Type: EventChildrenChanged, Path: "/"},
 	}
 	if !eventsEqual(res.Events, want) {
 		t.Fatalf("events %v", res.Events)

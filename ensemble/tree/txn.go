@@ -11,7 +11,15 @@ import (
 // raft log entries stay readable.
 const txnVersion byte = 1
 
-const flagMulti byte = 1
+const (
+	flagMulti byte = 1
+	// flagX509 marks a TxnOps whose outcome depends on the x509 scheme
+	// (see dependsOnX509). Members that predate the scheme never set it,
+	// so an entry of theirs that names x509 is known to have been applied
+	// with the scheme unknown, and is replayed that way. A member that
+	// predates it refuses the flag, like any unknown one.
+	flagX509 byte = 4
+)
 
 // errCorruptTxn is wrapped by every UnmarshalBinary failure.
 var errCorruptTxn = errors.New("tree: corrupt transaction encoding")
@@ -31,6 +39,9 @@ func (t *Txn) MarshalBinary() ([]byte, error) {
 		var flags byte
 		if t.Multi {
 			flags |= flagMulti
+		}
+		if t.dependsOnX509() && !t.preX509 {
+			flags |= flagX509
 		}
 		b = append(b, flags)
 		b = appendLen(b, len(t.Auth), t.Auth == nil)
@@ -126,13 +137,14 @@ func (t *Txn) UnmarshalBinary(b []byte) error {
 		return fmt.Errorf("%w: unknown version %d", errCorruptTxn, v)
 	}
 	var out Txn
+	var flags byte
 	out.Kind = TxnKind(d.byte())
 	switch out.Kind {
 	case TxnOps:
 		out.Session = d.varint()
 		out.Time = d.varint()
-		flags := d.byte()
-		if flags&^flagMulti != 0 {
+		flags = d.byte()
+		if flags&^(flagMulti|flagX509) != 0 {
 			d.fail("unknown flags")
 		}
 		out.Multi = flags&flagMulti != 0
@@ -164,8 +176,34 @@ func (t *Txn) UnmarshalBinary(b []byte) error {
 	if d.err != nil {
 		return d.err
 	}
+	if flags&flagX509 == 0 && out.dependsOnX509() {
+		out.preX509 = true
+	}
 	*t = out
 	return nil
+}
+
+// dependsOnX509 reports whether applying the txn gives a different outcome
+// with the x509 scheme registered than without: an op's ACL names x509,
+// or expands "auth" for a requester holding x509 identities. x509
+// identities alone change nothing, since without the scheme no node can
+// carry an x509 ACL for them to match.
+func (t *Txn) dependsOnX509() bool {
+	hasID := false
+	for _, id := range t.Auth {
+		if id.Scheme == schemeX509 {
+			hasID = true
+			break
+		}
+	}
+	for i := range t.Ops {
+		for _, a := range t.Ops[i].ACL {
+			if a.Scheme == schemeX509 || (hasID && a.Scheme == schemeAuth) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 type txnDecoder struct {
