@@ -304,6 +304,16 @@ func (c *Cluster) ClientAddr(i int) string { return c.members[i].clientProxy.add
 // DirectClientAddr is member i's own client port, which no fault cuts.
 func (c *Cluster) DirectClientAddr(i int) string { return c.members[i].clientReal }
 
+// IP is member i's own loopback address: the host of its client and peer
+// addresses, and the source address of every connection it opens to
+// another member.
+func (c *Cluster) IP(i int) string { return c.members[i].ip }
+
+// PeerAddr is member i's peer address through its proxy: what the other
+// members dial, so also the source address of the bytes they receive from
+// member i.
+func (c *Cluster) PeerAddr(i int) string { return c.members[i].peerProx.addr() }
+
 // Running reports whether member i's process is up (paused counts as up).
 func (c *Cluster) Running(i int) bool {
 	c.procMu.Lock()
