@@ -16,9 +16,11 @@ import (
 // Client is one ZooKeeper session.
 //
 // All methods are safe for concurrent use. A Client runs one goroutine that
-// (re)connects, and two per live connection: a writer that sends queued
-// requests and pings, and a reader that matches replies to requests, fires
-// watches and extends the lease, in wire order. None of them ever waits
+// (re)connects and watches the live connection for silence, one per
+// connection attempt in flight while it reconnects, and two per live
+// connection: a writer that sends queued requests and pings, and a reader
+// that matches replies to requests, fires watches and extends the lease,
+// in wire order. None of them ever waits
 // for the caller: state events, lease updates and watch events are
 // delivered through channels that never block the client (see Events,
 // LeaseUpdates and Event).
@@ -89,24 +91,21 @@ func Connect(ctx context.Context, cfg Config) (*Client, error) {
 	var cn *conn
 	var lastErr error
 	delay := minBackoff
-	for cn == nil {
-		refused := 0
-		for range c.servers {
-			if ctx.Err() != nil {
-				break
-			}
-			server := c.pickServer()
-			cn, lastErr = c.dial(ctx, server)
-			if cn != nil {
-				break
-			}
-			if tlsRefused(lastErr) {
-				refused++
-			}
-			c.log.Debug("connect attempt failed", "server", server, "err", lastErr)
-		}
+	for {
+		var errs []error
+		cn, errs = c.attemptRound(ctx)
 		if cn != nil {
 			break
+		}
+		refused := 0
+		for _, err := range errs {
+			if tlsRefused(err) {
+				refused++
+			}
+			// The attempts cut short when ctx ended say the least.
+			if lastErr == nil || ctx.Err() == nil {
+				lastErr = err
+			}
 		}
 		if refused == len(c.servers) {
 			// Certificates do not fix themselves: fail now, not at ctx's end.
@@ -129,6 +128,9 @@ func Connect(ctx context.Context, cfg Config) (*Client, error) {
 	go c.run(cn)
 
 	for _, r := range primed {
+		if r.op != wire.OpAuth {
+			continue
+		}
 		select {
 		case err := <-r.done:
 			if errors.Is(err, wire.ErrAuthFailed) {
@@ -163,12 +165,27 @@ func (c *Client) backoff(ctx context.Context, delay *time.Duration) error {
 	}
 }
 
-func (c *Client) pickServer() string {
+// attemptRound races one attempt per server for the session, in the
+// shuffled round robin order starting after the server of the last
+// connection, so that the member just lost is tried last. The next round
+// starts after the winner.
+func (c *Client) attemptRound(ctx context.Context) (*conn, []error) {
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	s := c.servers[c.nextServer%len(c.servers)]
-	c.nextServer++
-	return s
+	first := c.nextServer
+	order := make([]string, len(c.servers))
+	for i := range order {
+		order[i] = c.servers[(first+i)%len(c.servers)]
+	}
+	c.mu.Unlock()
+	cn, pos, errs := c.race(ctx, order, c.sessionKey())
+	if cn == nil {
+		return nil, errs
+	}
+	c.mu.Lock()
+	c.nextServer = (first + pos + 1) % len(c.servers)
+	c.mu.Unlock()
+	c.adopt(cn)
+	return cn, nil
 }
 
 // run owns the connection sequence: serve a connection until it dies,
@@ -193,7 +210,8 @@ func (c *Client) run(cn *conn) {
 }
 
 // serve runs cn's reader and writer until cn dies or the client ends, then
-// fails what was outstanding on it.
+// fails what was outstanding on it. Meanwhile it gives up on a member
+// that has left a packet unanswered too long (see minStall).
 func (c *Client) serve(cn *conn) {
 	c.mu.Lock()
 	c.cur = cn
@@ -207,12 +225,44 @@ func (c *Client) serve(cn *conn) {
 	wg.Add(2)
 	go func() { defer wg.Done(); cn.readLoop() }()
 	go func() { defer wg.Done(); cn.writeLoop() }()
-	select {
-	case <-cn.dead:
-	case <-c.ctx.Done():
-		cn.kill(ErrClosed)
+	check := time.NewTimer(cn.stallAllowance(wire.OpPing))
+	defer check.Stop()
+	var thawed <-chan struct{} // non-nil while the test gate is frozen
+	var since time.Time        // when the gate last thawed
+	stalled := false
+watch:
+	for {
+		select {
+		case <-cn.dead:
+			break watch
+		case <-c.ctx.Done():
+			cn.kill(ErrClosed)
+			break watch
+		case <-thawed:
+			// A frozen client's silence was its own, not the member's.
+			thawed, since = nil, time.Now()
+			check.Reset(cn.stallAllowance(wire.OpPing))
+		case <-check.C:
+			if ch := c.gate.thawedC(); ch != nil {
+				thawed = ch
+				continue
+			}
+			next, err := cn.checkStall(time.Now(), since)
+			if err != nil {
+				stalled = true
+				cn.kill(err)
+				break watch
+			}
+			check.Reset(next)
+		}
 	}
-	cn.nc.Close()
+	if stalled {
+		// The member may come back with our unsent packets still queued
+		// for it; they are of no use to anyone then.
+		abandon(cn.raw)
+	} else {
+		cn.raw.Close()
+	}
 	wg.Wait()
 	loss := ErrConnectionLoss
 	if c.ctx.Err() != nil {
@@ -226,30 +276,27 @@ func (c *Client) serve(cn *conn) {
 	}
 }
 
-// reconnect tries the servers round robin, starting after the one just
-// lost, until one resumes the session, a server says it expired, or the
-// client is closed.
+// reconnect races the servers for the session, round after round, until
+// one resumes it, a server says it expired, or the client is closed.
 func (c *Client) reconnect() (*conn, error) {
 	delay := minBackoff
 	for {
-		for range c.servers {
-			c.gate.wait(c.ctx.Done())
-			if c.isClosing() || c.ctx.Err() != nil {
-				return nil, ErrClosed
-			}
-			c.noticeLease()
-			server := c.pickServer()
-			cn, err := c.dial(c.ctx, server)
-			if err == nil {
-				return cn, nil
-			}
+		c.gate.wait(c.ctx.Done())
+		if c.isClosing() || c.ctx.Err() != nil {
+			return nil, ErrClosed
+		}
+		c.noticeLease()
+		cn, errs := c.attemptRound(c.ctx)
+		if cn != nil {
+			return cn, nil
+		}
+		for _, err := range errs {
 			if errors.Is(err, ErrSessionExpired) {
 				if c.isClosing() {
 					return nil, ErrClosed
 				}
 				return nil, ErrSessionExpired
 			}
-			c.log.Debug("reconnect attempt failed", "server", server, "err", err)
 		}
 		if c.backoff(c.ctx, &delay) != nil {
 			return nil, ErrClosed

@@ -32,7 +32,8 @@ type request struct {
 	noProof  bool             // closeSession: a reply proves nothing
 	auth     *Auth            // auth added by AddAuth: kept on success
 	setWatch *wire.SetWatches // setWatches: its watches end if refused
-	sent     time.Time        // stamped by the writer before the write
+	sent     time.Time        // Config.Now when written: the lease stamp
+	wrote    time.Time        // time.Now when written: how long it has waited
 	done     chan error       // capacity 1
 	// state hands the request between the caller and the reader: the
 	// reader claims it (reqWaiting → reqDelivering) before decoding into
@@ -56,30 +57,69 @@ func (r *request) finish(err error) { r.done <- err }
 
 // conn is one connection with an established session.
 //
-// Ownership: the run loop creates it (handshake, priming), then a reader
-// goroutine and a writer goroutine serve it until it is killed; the run
-// loop then closes the socket, waits for both, and fails what is still
-// outstanding. mu guards the three FIFOs of outstanding packets.
+// Ownership: a dial attempt creates it (handshake); the run loop adopts
+// it, then a reader goroutine and a writer goroutine serve it until it is
+// killed, while the run loop watches it for silence; the run loop then
+// closes the socket, waits for both, and fails what is still outstanding.
+// mu guards the three FIFOs of outstanding packets.
 type conn struct {
 	cl      *Client
-	nc      net.Conn
+	nc      net.Conn // the session's stream: TLS over raw, or raw itself
+	raw     net.Conn // the TCP socket; closing it unblocks everything at once
+	heard   *heardReader
 	br      *bufio.Reader
 	bw      *bufio.Writer
 	server  string
 	timeout time.Duration // negotiated on this connection
 	enc     *wire.Encoder // writer-owned scratch
 
-	mu      sync.Mutex
-	pending []*request  // numbered requests and setWatches, in wire order
-	auths   []*request  // auth packets: ZooKeeper answers them out of band
-	pings   []time.Time // send stamps of unanswered pings
+	// The session as this connection's handshake established it; the
+	// client takes it over only if this connection wins its race.
+	sessionID  int64
+	passwd     []byte
+	sent       time.Time // the ConnectRequest's stamp: its answer is a lease proof
+	newSession bool
 
-	primed []*request // the auth packets written by the handshake
+	mu      sync.Mutex
+	pending []*request // numbered requests and setWatches, in wire order
+	auths   []*request // auth packets: ZooKeeper answers them out of band
+	pings   []ping     // unanswered pings, in wire order
+
+	// primed goes out before anything queued: the session's credentials
+	// (Connect waits for their verdict), then the watches armed on
+	// earlier connections.
+	primed []*request
 
 	dead     chan struct{}
 	killOnce sync.Once
 	cause    error
 }
+
+type ping struct {
+	sent  time.Time // Config.Now: the lease stamp
+	wrote time.Time // time.Now: how long it has waited
+}
+
+// heardReader notes when bytes last came in from the server. A reply
+// still arriving (a large one, or one trickling in over a slow link)
+// shows the member is there even before its frame is complete.
+type heardReader struct {
+	r     io.Reader
+	epoch time.Time
+	last  atomic.Int64 // time.Since(epoch) at the latest read: monotonic
+}
+
+func newHeardReader(r io.Reader) *heardReader { return &heardReader{r: r, epoch: time.Now()} }
+
+func (h *heardReader) Read(p []byte) (int, error) {
+	n, err := h.r.Read(p)
+	if n > 0 {
+		h.last.Store(int64(time.Since(h.epoch)))
+	}
+	return n, err
+}
+
+func (h *heardReader) at() time.Time { return h.epoch.Add(time.Duration(h.last.Load())) }
 
 func (cn *conn) kill(err error) {
 	cn.killOnce.Do(func() {
@@ -102,6 +142,7 @@ func (cn *conn) write(r *request) error {
 		r.xid = cn.cl.nextXid()
 	}
 	r.sent = cn.cl.cfg.Now()
+	r.wrote = time.Now()
 	cn.mu.Lock()
 	if r.xid == wire.XidAuth {
 		cn.auths = append(cn.auths, r)
@@ -119,9 +160,9 @@ func (cn *conn) write(r *request) error {
 }
 
 func (cn *conn) writePing() error {
-	now := cn.cl.cfg.Now()
+	p := ping{sent: cn.cl.cfg.Now(), wrote: time.Now()}
 	cn.mu.Lock()
-	cn.pings = append(cn.pings, now)
+	cn.pings = append(cn.pings, p)
 	cn.mu.Unlock()
 	cn.enc.Reset()
 	(&wire.RequestHeader{Xid: wire.XidPing, Opcode: wire.OpPing}).Encode(cn.enc)
@@ -155,14 +196,123 @@ func (cn *conn) pingInterval() time.Duration {
 }
 
 // readTimeout: a connection that has not delivered a single frame for two
-// thirds of the session timeout is dead (as in the Java client); the last
-// third is left for finding another member before the server gives up.
+// thirds of the session timeout is dead (as in the Java client). The stall
+// check below gives up on a silent member long before; this is the
+// backstop.
 func (cn *conn) readTimeout() time.Duration { return cn.timeout * 2 / 3 }
+
+// A member cut off by the network (packets dropped, not refused) shows up
+// only as silence: TCP reports nothing for minutes. How long the client
+// may wait for an answer follows from the lease budget of its most
+// demanding user, the supervisor: it pings every timeout/5, and kills its
+// job when only its margins are left of the lease (drift margin, kill
+// grace and slack: 2.35s of a 6s timeout with the defaults, never more
+// than half the timeout). Say a member falls silent just after answering
+// a ping. The next ping goes out up to timeout/5 later, when the lease has
+// 4.8s of 6s left: 2.45s before the kill, in which the client must notice
+// the silence and get an answer from another member.
+//
+//   - The oldest unanswered ping (or read) is given up after timeout/6, 1s
+//     of 6s. That leaves 1.45s for the failover: a handshake with a healthy
+//     member takes milliseconds, and the stagger between attempts
+//     (timeout/20, see race) lets four silent members be tried before the
+//     one that answers. A healthy member answers a ping within a round
+//     trip to the leader (a follower answers only once the leader has
+//     acknowledged the session's liveness), two orders of magnitude
+//     below; pings every PingInterval never come near it, since the clock
+//     runs from each ping's own send time.
+//   - A write or sync at the head of the line waits for a quorum round
+//     with disk syncs, which load can stretch, and a ping behind it waits
+//     too (replies come in request order). It is given up after
+//     timeout/4, 1.5s of 6s, which still leaves 0.95s for the failover.
+//
+// The clock of the oldest packet restarts whenever any bytes arrive: a
+// member that is sending is not silent. Neither allowance goes below
+// minStall, so that short timeouts (in tests, or with a kill grace of 0)
+// do not turn scheduling hiccups into reconnects.
+const minStall = 250 * time.Millisecond
+
+// stallAllowance is how long the oldest unanswered packet, of type op, may
+// wait without a byte from the server.
+func (cn *conn) stallAllowance(op int32) time.Duration {
+	d := cn.timeout / 6
+	if slowReply(op) {
+		d = cn.timeout / 4
+	}
+	return max(d, minStall)
+}
+
+// slowReply: ops whose reply waits for a quorum round (writes, sync,
+// session changes), and anything this client does not know to be local.
+func slowReply(op int32) bool {
+	switch op {
+	case wire.OpPing, wire.OpAuth, wire.OpSetWatches, wire.OpSetWatches2,
+		wire.OpGetData, wire.OpExists, wire.OpGetChildren, wire.OpGetChildren2,
+		wire.OpGetACL, wire.OpGetAllChildrenNumber, wire.OpGetEphemerals,
+		wire.OpWhoAmI, wire.OpMultiRead:
+		return false
+	}
+	return true
+}
+
+// errStalled: the member left the oldest packet unanswered too long.
+var errStalled = errors.New("server stalled")
+
+// checkStall gives up on cn if its oldest unanswered packet has waited
+// longer than its allowance since the later of its send, the last bytes
+// heard, and since (when the client last stopped being frozen). Otherwise
+// it says when to look again: at the head's deadline, and never more than
+// the shortest allowance ahead, because a packet that becomes the head
+// later (one written into an empty line, or the next after an answer) has
+// its deadline at least that far after its own start.
+func (cn *conn) checkStall(now, since time.Time) (time.Duration, error) {
+	wrote, op, ok := cn.head()
+	next := cn.stallAllowance(wire.OpPing)
+	if !ok {
+		return next, nil
+	}
+	from := wrote
+	if h := cn.heard.at(); h.After(from) {
+		from = h
+	}
+	if since.After(from) {
+		from = since
+	}
+	allow := cn.stallAllowance(op)
+	waited := now.Sub(from)
+	if waited >= allow {
+		return 0, fmt.Errorf("%w: no answer from %s for %v to %s", errStalled, cn.server, waited.Round(time.Millisecond), wire.OpName(op))
+	}
+	return min(allow-waited, next), nil
+}
+
+// head is the oldest unanswered packet: the server answers in request
+// order, so it is the one the connection is waiting for.
+func (cn *conn) head() (wrote time.Time, op int32, ok bool) {
+	cn.mu.Lock()
+	defer cn.mu.Unlock()
+	if len(cn.pending) > 0 {
+		wrote, op, ok = cn.pending[0].wrote, cn.pending[0].op, true
+	}
+	if len(cn.pings) > 0 && (!ok || cn.pings[0].wrote.Before(wrote)) {
+		wrote, op, ok = cn.pings[0].wrote, wire.OpPing, true
+	}
+	if len(cn.auths) > 0 && (!ok || cn.auths[0].wrote.Before(wrote)) {
+		wrote, op, ok = cn.auths[0].wrote, wire.OpAuth, true
+	}
+	return wrote, op, ok
+}
 
 func (cn *conn) writeLoop() {
 	t := time.NewTicker(cn.pingInterval())
 	defer t.Stop()
-	// Requests queued while no connection was up go out first.
+	// Priming first, then the requests queued while no connection was up.
+	for _, r := range cn.primed {
+		if err := cn.write(r); err != nil {
+			cn.kill(err)
+			return
+		}
+	}
 	cn.flushOutbox()
 	for {
 		select {
@@ -262,12 +412,13 @@ func (cn *conn) handle(frame []byte) error {
 			cn.mu.Unlock()
 			return protocolError("ping reply without a ping outstanding")
 		}
-		sent := cn.pings[0]
+		p := cn.pings[0]
 		cn.pings = cn.pings[1:]
 		cn.mu.Unlock()
-		if provesLiveness(h.Err) {
-			cl.prove(sent, cn.timeout)
+		if !provesLiveness(h.Err) {
+			return fmt.Errorf("server answered a ping with %w", h.Err)
 		}
+		cl.prove(p.sent, cn.timeout)
 		return nil
 	case wire.XidAuth:
 		cn.mu.Lock()
@@ -308,6 +459,21 @@ func (cn *conn) handle(frame []byte) error {
 	if h.Zxid > 0 {
 		cl.noteZxid(h.Zxid)
 	}
+	if h.Err == wire.ErrSessionMoved && r.xid > 0 && r.op != wire.OpCloseSession && r.state.Load() == reqWaiting {
+		// Another member took the session over, as Apache ZooKeeper does
+		// when a second handshake of the session (an abandoned attempt
+		// that still got through) reached its leader after this one's. It
+		// checks the owner before it makes a transaction, so the request
+		// was not applied: it goes out again on the next connection, whose
+		// handshake moves the session back to where the client is.
+		// The connection dies first, so that its writer cannot take the
+		// request again.
+		err := fmt.Errorf("server answered %w", h.Err)
+		cn.kill(err)
+		r.xid = 0
+		cl.out.requeue([]*request{r})
+		return err
+	}
 	if provesLiveness(h.Err) && !r.noProof {
 		cl.prove(r.sent, cn.timeout)
 	}
@@ -327,7 +493,9 @@ func (cn *conn) handle(frame []byte) error {
 			cl.watches.add(watchKey{watchExist, r.path}, r.wch)
 		}
 	}
-	if r.setWatch != nil && err != nil {
+	// A session error says nothing about the watches: the next handshake
+	// re-arms them, or the session's end ends them.
+	if r.setWatch != nil && err != nil && provesLiveness(h.Err) {
 		cl.log.Warn("server refused to re-arm watches", "server", cn.server, "err", err)
 		cl.watches.drop(r.setWatch, err)
 	}
@@ -343,137 +511,4 @@ func (cn *conn) handle(frame []byte) error {
 // session is gone or elsewhere.
 func provesLiveness(c wire.Code) bool {
 	return c != wire.ErrSessionExpired && c != wire.ErrSessionMoved
-}
-
-// errRefused: the server closed the connection without answering the
-// handshake (it is behind the client, read-only, or cut off).
-var errRefused = errors.New("server closed the connection during the handshake")
-
-// dial opens a connection to server and establishes or resumes the session
-// on it. It returns ErrSessionExpired when the server rejects a known
-// session.
-func (cl *Client) dial(ctx context.Context, server string) (*conn, error) {
-	d := net.Dialer{Timeout: cl.cfg.DialTimeout}
-	nc, err := d.DialContext(ctx, "tcp", server)
-	if err != nil {
-		return nil, err
-	}
-	if tc, ok := nc.(*net.TCPConn); ok {
-		_ = tc.SetNoDelay(true)
-	}
-	if cl.cfg.TLS != nil {
-		tc, err := cl.startTLS(ctx, nc, server)
-		if err != nil {
-			nc.Close()
-			return nil, err
-		}
-		nc = tc
-	}
-	cn, err := cl.handshake(ctx, nc, server)
-	if err != nil {
-		nc.Close()
-		return nil, err
-	}
-	return cn, nil
-}
-
-func (cl *Client) handshake(ctx context.Context, nc net.Conn, server string) (*conn, error) {
-	stop := context.AfterFunc(ctx, func() { _ = nc.SetDeadline(time.Unix(1, 0)) })
-	defer stop()
-
-	cl.mu.Lock()
-	sid, passwd, zxid, known := cl.sessionID, cl.passwd, cl.lastZxid, cl.timeout
-	auth := append([]Auth(nil), cl.auth...)
-	cl.mu.Unlock()
-	if passwd == nil {
-		passwd = make([]byte, 16)
-	}
-	// A new session is created through consensus and an existing one is
-	// confirmed with the leader before the member answers, so allow more
-	// than a dial; but a handshake that takes most of the session timeout
-	// is no use.
-	wait := cl.cfg.SessionTimeout * 2 / 3
-	if known > 0 {
-		wait = known * 2 / 3
-	}
-	wait = max(wait, cl.cfg.DialTimeout)
-	_ = nc.SetDeadline(time.Now().Add(wait))
-
-	req := wire.ConnectRequest{
-		LastZxidSeen: zxid,
-		Timeout:      int32(cl.cfg.SessionTimeout / time.Millisecond),
-		SessionID:    sid,
-		Passwd:       passwd,
-		HasReadOnly:  true,
-	}
-	e := wire.NewFrameEncoder(nil)
-	req.Encode(e)
-	sent := cl.cfg.Now()
-	if _, err := nc.Write(e.Frame()); err != nil {
-		return nil, fmt.Errorf("handshake with %s: %w", server, err)
-	}
-	br := bufio.NewReaderSize(nc, 64<<10)
-	frame, err := wire.ReadFrame(br, nil, maxReplyFrame)
-	if err != nil {
-		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
-			return nil, fmt.Errorf("handshake with %s: %w", server, errRefused)
-		}
-		return nil, fmt.Errorf("handshake with %s: %w", server, err)
-	}
-	var resp wire.ConnectResponse
-	if err := resp.Decode(wire.NewDecoder(frame)); err != nil {
-		return nil, protocolError("connect response from %s: %v", server, err)
-	}
-	if resp.Timeout <= 0 {
-		if sid != 0 {
-			return nil, ErrSessionExpired
-		}
-		return nil, fmt.Errorf("handshake with %s: server refused a new session", server)
-	}
-	if sid != 0 && resp.SessionID != sid {
-		return nil, protocolError("resumed session 0x%x, server answered session 0x%x", sid, resp.SessionID)
-	}
-	timeout := time.Duration(resp.Timeout) * time.Millisecond
-	cl.mu.Lock()
-	cl.sessionID, cl.passwd, cl.timeout = resp.SessionID, resp.Passwd, timeout
-	cl.mu.Unlock()
-	cl.prove(sent, timeout)
-
-	cn := &conn{
-		cl:      cl,
-		nc:      nc,
-		br:      br,
-		bw:      bufio.NewWriterSize(nc, 64<<10),
-		server:  server,
-		timeout: timeout,
-		enc:     wire.NewFrameEncoder(make([]byte, 0, 512)),
-		dead:    make(chan struct{}),
-	}
-	// Priming, before any queued request: credentials, then the watches
-	// armed on earlier connections, relative to the last zxid seen so the
-	// server fires at once what changed meanwhile.
-	for i := range auth {
-		r := newRequest(context.Background(), wire.OpAuth, "", &wire.AuthPacket{Scheme: auth[i].Scheme, Auth: auth[i].Secret}, nil)
-		r.xid = wire.XidAuth
-		cn.primed = append(cn.primed, r)
-		if err := cn.write(r); err != nil {
-			return nil, err
-		}
-	}
-	for _, sw := range cl.watches.setWatches(zxid) {
-		r := newRequest(context.Background(), wire.OpSetWatches, "", sw, nil)
-		r.xid = wire.XidSetWatches
-		r.setWatch = sw
-		if err := cn.write(r); err != nil {
-			return nil, err
-		}
-	}
-	if err := cn.bw.Flush(); err != nil {
-		return nil, err
-	}
-	if !stop() {
-		return nil, ctx.Err()
-	}
-	_ = nc.SetDeadline(time.Time{})
-	return cn, nil
 }

@@ -4,8 +4,9 @@
 // # Concepts
 //
 //   - A Client owns one session. It keeps one TCP connection to one member
-//     at a time, and reconnects to the next member (shuffled round robin)
-//     when that connection breaks, resuming the same session.
+//     at a time, and when that connection breaks or the member falls
+//     silent it reconnects to another member, resuming the same session
+//     (see Failover).
 //   - Requests are pipelined: any number of goroutines may call operations
 //     at once; they are written in the order they are queued and their
 //     replies are matched by xid in FIFO order.
@@ -35,6 +36,37 @@
 // (several ticks). In both cases the lease is measured on the client's
 // clock: callers acting on it must also subtract their allowance for clock
 // rate drift between client and server.
+//
+// # Failover
+//
+// A member cut off by the network often sends nothing at all, not even a
+// reset, so the client judges a connection by its answers: when the
+// oldest unanswered packet has waited a sixth of the negotiated timeout
+// (a quarter for a write or sync, whose reply waits for a quorum round)
+// with no byte arriving meanwhile, the member is given up; in no case
+// less than 250ms. A connection that delivers nothing for two thirds of
+// the timeout is given up too. Pings go out every Config.PingInterval
+// whatever else is outstanding, so an idle connection is judged as soon
+// as a ping of its goes unanswered.
+//
+// Reconnecting races the members for the session, in a shuffled round
+// robin order with the member just lost last: one handshake starts, the
+// next joins it when the earlier ones have not completed within a
+// twentieth of the timeout, or at once when one fails; the first that
+// completes wins and the others are abandoned, their sockets reset. A
+// member that says the session expired ends it (StateExpired), unless
+// another member has already resumed it; a member that refuses (it is
+// behind the client's last zxid, or cannot reach the leader) only makes
+// the next one start. Each attempt may take as long as the lease lasts,
+// and at least a third of the timeout. Connect races the members the
+// same way for a new session; a second session created by a losing
+// attempt is closed at once.
+//
+// Two handshakes of one session can make Apache ZooKeeper move the session
+// to the slower member, which then rejects the winner's requests with
+// SESSIONMOVED. The stagger makes that rare; when it happens the client
+// reconnects, and sends again the requests so rejected (ZooKeeper rejects
+// them before applying anything), so callers do not see it.
 //
 // # Caveats
 //

@@ -52,8 +52,8 @@ func (l *leaseKeeper) get() time.Time {
 	return l.until
 }
 
-// gate freezes the reader and the pinger of a client in tests, to let the
-// server expire a session that is otherwise healthy. The zero value is
+// gate freezes the reader, the pinger and the stall check of a client in
+// tests, to let the server expire a session that is otherwise healthy. The zero value is
 // open. Safe for concurrent use.
 type gate struct {
 	mu sync.Mutex
@@ -81,6 +81,13 @@ func (g *gate) frozen() bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	return g.ch != nil
+}
+
+// thawedC is closed when a frozen gate thaws; nil while the gate is open.
+func (g *gate) thawedC() <-chan struct{} {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.ch
 }
 
 // wait blocks while the gate is frozen, or until abort is closed.
