@@ -211,19 +211,13 @@ func RunCron(ctx context.Context, o CronOptions) (int, error) {
 		log = slog.New(slog.DiscardHandler)
 		ro.Log = log
 	}
-	cctx, cancel := context.WithTimeout(ctx, max(ro.SessionTimeout, 10*time.Second))
-	c, err := client.Connect(cctx, client.Config{Servers: ro.Servers, SessionTimeout: ro.SessionTimeout,
-		PingInterval: ro.SessionTimeout / 5, Auth: ro.Auth, TLS: ro.TLS, Logger: log})
-	cancel()
-	if err != nil {
-		return ExitUsage, fmt.Errorf("connect to %s: %w", strings.Join(ro.Servers, ","), err)
-	}
-	defer c.Close()
-	margin, err := leaseMargin(ro, c)
+	sess, err := dial(ctx, ro)
 	if err != nil {
 		return ExitUsage, err
 	}
-	s := &cronHost{c: c, o: o, ro: ro, log: log, margin: margin, leases: newLeaseFanout(c), sigs: map[chan os.Signal]struct{}{}}
+	c := sess.c
+	defer c.Close()
+	s := &cronHost{c: c, o: o, ro: ro, log: log, margin: sess.margin, acl: sess.acl, leases: newLeaseFanout(c), sigs: map[chan os.Signal]struct{}{}}
 	for _, j := range o.Jobs {
 		if err := s.register(ctx, j); err != nil {
 			return ExitUsage, err
@@ -276,6 +270,7 @@ type cronHost struct {
 	ro     Options
 	log    *slog.Logger
 	margin time.Duration
+	acl    []wire.ACL
 	leases *leaseFanout
 
 	mu          sync.Mutex
@@ -310,7 +305,7 @@ type CronJobInfo struct {
 func (s *cronHost) register(ctx context.Context, j *CronJob) error {
 	dir := path.Join(s.o.Root, j.Name)
 	for _, p := range []string{path.Join(dir, "firings"), path.Join(dir, "hosts")} {
-		if err := ensurePath(ctx, s.c, p); err != nil {
+		if err := ensurePath(ctx, s.c, p, s.acl); err != nil {
 			return err
 		}
 	}
@@ -319,7 +314,7 @@ func (s *cronHost) register(ctx context.Context, j *CronJob) error {
 		info.CatchUp = j.CatchUp.String()
 	}
 	b, _ := json.Marshal(info)
-	hi := holderInfo(s.ro.Argv)
+	hi := holderInfo(s.ro.Argv, s.c.SessionTimeout(), s.ro.KillGrace+s.margin)
 	hb, _ := json.Marshal(hi)
 	// Named by session, so a create retried after a lost reply finds its
 	// own node instead of leaving a second one.
@@ -327,7 +322,7 @@ func (s *cronHost) register(ctx context.Context, j *CronJob) error {
 	for {
 		_, err := s.c.Set(ctx, dir, b, -1)
 		if err == nil {
-			_, err = s.c.Create(ctx, host, hb, wire.FlagEphemeral, client.OpenACL)
+			_, err = s.c.Create(ctx, host, hb, wire.FlagEphemeral, s.acl)
 			if errors.Is(err, wire.ErrNodeExists) {
 				err = nil
 			}
@@ -394,7 +389,7 @@ func latestMissed(j *CronJob, now time.Time, window time.Duration) (time.Time, b
 func (s *cronHost) fire(ctx context.Context, j *CronJob, at time.Time, catchUp bool) {
 	dir := path.Join(s.o.Root, j.Name)
 	node := path.Join(dir, "firings", firingName(at))
-	hi := holderInfo(s.ro.Argv)
+	hi := holderInfo(s.ro.Argv, s.c.SessionTimeout(), s.ro.KillGrace+s.margin)
 	var rnd [8]byte
 	_, _ = rand.Read(rnd[:])
 	rec := FiringRecord{Job: j.Name, Scheduled: at.UTC(), State: "claimed", Host: hi.Host, PID: hi.PID,
@@ -424,7 +419,7 @@ func (s *cronHost) fire(ctx context.Context, j *CronJob, at time.Time, catchUp b
 func (s *cronHost) claim(ctx context.Context, node string, rec *FiringRecord) (bool, error) {
 	b, _ := json.Marshal(rec)
 	for {
-		_, err := s.c.Create(ctx, node, b, 0, client.OpenACL)
+		_, err := s.c.Create(ctx, node, b, 0, s.acl)
 		switch {
 		case err == nil:
 			return true, nil
@@ -452,19 +447,26 @@ func (s *cronHost) claim(ctx context.Context, node string, rec *FiringRecord) (b
 	}
 }
 
-func (s *cronHost) update(ctx context.Context, node string, rec *FiringRecord) {
+// update writes the firing's record and returns the node's new version,
+// or -1 if it could not.
+func (s *cronHost) update(ctx context.Context, node string, rec *FiringRecord) int32 {
 	b, _ := json.Marshal(rec)
-	if _, err := s.c.Set(ctx, node, b, -1); err != nil {
+	st, err := s.c.Set(ctx, node, b, -1)
+	if err != nil {
 		s.log.Warn("could not record firing", "node", node, "err", err)
+		return -1
 	}
+	return st.Version
 }
 
-// runFiring runs a claimed firing under the job's lock.
+// runFiring runs a claimed firing under the job's lock. The firing's
+// record and the lock's nodes are watched while the job runs: if another
+// client deletes or changes them, the run is stopped.
 func (s *cronHost) runFiring(ctx context.Context, j *CronJob, node string, rec *FiringRecord) {
 	// Records must be written even while shutting down.
 	wctx := context.WithoutCancel(ctx)
 	dir := path.Join(s.o.Root, j.Name, "lock")
-	e, err := enter(wctx, s.c, dir, holderInfo(j.Argv))
+	e, err := enter(wctx, s.c, dir, holderInfo(j.Argv, s.c.SessionTimeout(), s.ro.KillGrace+s.margin), s.acl, s.log)
 	if err != nil {
 		rec.State, rec.Reason = "lost", err.Error()
 		s.update(wctx, node, rec)
@@ -472,11 +474,11 @@ func (s *cronHost) runFiring(ctx context.Context, j *CronJob, node string, rec *
 	}
 	held := false
 	defer func() {
-		rctx, cancel := context.WithTimeout(wctx, 5*time.Second)
+		rctx, cancel := context.WithDeadline(wctx, releaseDeadline(s.c))
 		defer cancel()
 		_ = e.release(rctx, held)
 	}()
-	if err := e.wait(ctx, j.Overlap == OverlapSkip, nil); err != nil {
+	if err := e.acquire(ctx, j.Overlap == OverlapSkip, nil); err != nil {
 		rec.State = "skipped"
 		rec.Reason = "previous run still going"
 		if !errors.Is(err, ErrNotAcquired) {
@@ -486,13 +488,12 @@ func (s *cronHost) runFiring(ctx context.Context, j *CronJob, node string, rec *
 		return
 	}
 	held = true
-	if _, err := e.markHeld(wctx); err != nil {
-		rec.State, rec.Reason = "lost", err.Error()
-		s.update(wctx, node, rec)
-		return
-	}
+	hctx, stopWatch := context.WithCancel(wctx)
+	defer stopWatch()
+	standing := e.watchStanding(hctx)
 	rec.State, rec.Token, rec.Start = "running", e.czxid, time.Now().UTC()
-	s.update(wctx, node, rec)
+	v := s.update(wctx, node, rec)
+	claim, _ := watchNodes(hctx, s.c, []watchedNode{{path: node, ok: func(st wire.Stat) bool { return st.Version == v }}})
 
 	// Register for signals and check for a stop in one step: a job
 	// started after the stop signal was forwarded would never get it.
@@ -511,20 +512,45 @@ func (s *cronHost) runFiring(ctx context.Context, j *CronJob, node string, rec *
 		delete(s.sigs, sigs)
 		s.mu.Unlock()
 	}()
+	pump := newSignalPump(sigs)
+	defer pump.close()
 	ro := s.ro
-	ro.Name, ro.Argv, ro.Signals = j.Name, j.Argv, sigs
-	extra := []string{fencing.EnvScheduledTime + "=" + rec.Scheduled.Format(time.RFC3339)}
-	s.log.Info("running", "job", j.Name, "scheduled", rec.Scheduled.Format(time.RFC3339), "token", e.czxid)
-	code, err := runHeld(ro, s.c, s.leases, e, s.margin, nil, jobEnv(ro, e, extra), s.log)
+	ro.Name, ro.Argv, ro.LockDelay = j.Name, j.Argv, 0
+	losses := mergeLosses(hctx, standing, claim)
+	code, err := waitToStart(ctx, ro, s.c, e, pump, losses, s.log)
+	if err == nil && code == 0 {
+		extra := []string{fencing.EnvScheduledTime + "=" + rec.Scheduled.Format(time.RFC3339)}
+		s.log.Info("running", "job", j.Name, "scheduled", rec.Scheduled.Format(time.RFC3339), "token", e.czxid)
+		h := &holding{c: s.c, e: e, leases: s.leases, margin: s.margin, grace: s.ro.KillGrace, log: s.log, sigs: pump, standing: losses}
+		code, err = h.run(hctx, ro.Exe, j.Argv, jobEnv(ro, e, extra), nil)
+	}
 	rec.End = time.Now().UTC()
 	rec.ExitCode = &code
 	rec.State = "done"
-	if code == ExitSessionLost && err != nil {
+	switch {
+	case code == ExitSessionLost && err != nil:
 		rec.State, rec.Reason = "lost", err.Error()
 		s.sessionLost.Store(true)
+	case code == ExitLockLost && err != nil:
+		rec.State, rec.Reason = "lost", err.Error()
 	}
 	s.log.Info("finished", "job", j.Name, "scheduled", rec.Scheduled.Format(time.RFC3339), "exit", code, "duration", rec.End.Sub(rec.Start))
 	s.update(wctx, node, rec)
+}
+
+// mergeLosses delivers the first loss of either channel.
+func mergeLosses(ctx context.Context, a, b <-chan standingLoss) <-chan standingLoss {
+	out := make(chan standingLoss, 1)
+	go func() {
+		select {
+		case l := <-a:
+			out <- l
+		case l := <-b:
+			out <- l
+		case <-ctx.Done():
+		}
+	}()
+	return out
 }
 
 // pruneHorizon is how long a firing's record is kept whatever the history

@@ -105,7 +105,7 @@ func (j *guardedJob) readReports(r *os.File) {
 		if ee, ok := err.(*exec.ExitError); ok {
 			code = ee.ExitCode()
 		}
-		j.result = JobResult{Code: code, Reason: "watchdog-died"}
+		j.result = JobResult{Code: code, Reason: ReasonWatchdogDied}
 	}
 	j.mu.Lock()
 	if j.ctrl != nil {

@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"github.com/coordrun/coordrun/ensemble/client"
+	"github.com/coordrun/coordrun/ensemble/wire"
 	"github.com/coordrun/coordrun/fencing"
 )
 
@@ -34,6 +35,10 @@ const (
 	ExitUsage       = 64 // bad invocation or configuration, or no ensemble reachable
 	ExitNotAcquired = 75 // --try or --timeout: the lock was held by another
 	ExitSessionLost = 76 // the session's lease ran out; the job was killed
+	// ExitLockLost: another client deleted or changed the holder's lock
+	// nodes while the job ran; the job was stopped (TERM, then KILL after
+	// the kill grace).
+	ExitLockLost = 78
 )
 
 // Options configure one supervised run.
@@ -61,6 +66,11 @@ type Options struct {
 	// ExtraMargin is added to DriftMargin when the ensemble is Apache
 	// ZooKeeper, whose followers answer pings without the leader.
 	ExtraMargin time.Duration
+	// ACL is set on every node coordrun creates. Nil: the session's
+	// authenticated identities (--auth, a client certificate) get every
+	// permission and world:anyone may read; without credentials, the
+	// open ACL, with a warning.
+	ACL []wire.ACL
 }
 
 // UsageError is an error in the invocation.
@@ -88,24 +98,6 @@ func (o *Options) Validate() error {
 		return UsageError{fmt.Errorf("--kill-grace %v + drift margin %v must stay under half the session timeout (%v)", o.KillGrace, o.DriftMargin, budget)}
 	}
 	return nil
-}
-
-// leaseMargin is what is taken off every lease before it becomes the
-// job's kill deadline: the drift margin, widened against Apache ZooKeeper.
-// It checks the timing again with the timeout the server granted (which
-// may be below the one asked for) and the final margin: the kill must not
-// fire between two ordinary pings.
-func leaseMargin(o Options, c *client.Client) (time.Duration, error) {
-	margin := o.DriftMargin
-	if o.ExtraMargin > 0 && isApacheZooKeeper(o.Servers, o.TLS) {
-		margin += o.ExtraMargin
-		o.Log.Debug("ensemble is Apache ZooKeeper; widening the lease margin", "margin", margin)
-	}
-	timeout := c.SessionTimeout()
-	if budget := timeout / 2; o.KillGrace+margin+killSlack > budget {
-		return 0, UsageError{fmt.Errorf("session timeout %v (as granted by the ensemble) is too short for --kill-grace %v and a lease margin of %v: they must stay under %v; raise --session-timeout or lower --kill-grace", timeout, o.KillGrace, margin, budget)}
-	}
-	return margin, nil
 }
 
 // DefaultName derives a lock name from a command: its base name, with
@@ -141,45 +133,31 @@ func Run(ctx context.Context, o Options) (int, error) {
 		log = slog.New(slog.DiscardHandler)
 		o.Log = log
 	}
-	cctx, cancel := context.WithTimeout(ctx, max(o.SessionTimeout, 10*time.Second))
-	c, err := client.Connect(cctx, client.Config{
-		Servers:        o.Servers,
-		SessionTimeout: o.SessionTimeout,
-		// Frequent pings keep the proven lease far ahead of the kill
-		// deadline in ordinary operation.
-		PingInterval: o.SessionTimeout / 5,
-		Auth:         o.Auth,
-		TLS:          o.TLS,
-		Logger:       log,
-	})
-	cancel()
-	if err != nil {
-		return ExitUsage, fmt.Errorf("connect to %s: %w", strings.Join(o.Servers, ","), err)
-	}
-	defer c.Close()
-	margin, err := leaseMargin(o, c)
+	// One owner of the signal channel for the whole run, so that no
+	// signal falls between waiting (where TERM means leave the queue) and
+	// holding (where every signal goes to the job).
+	sigs := newSignalPump(o.Signals)
+	defer sigs.close()
+	s, err := dial(ctx, o)
 	if err != nil {
 		return ExitUsage, err
 	}
+	defer s.c.Close()
+	c := s.c
 	dir := path.Join(o.Root, o.Name)
 	log.Info("waiting for lock", "lock", o.Name, "node_dir", dir, "session", fmt.Sprintf("0x%x", c.SessionID()))
 
-	info := holderInfo(o.Argv)
-	e, err := enter(ctx, c, dir, info)
+	e, err := enter(ctx, c, dir, holderInfo(o.Argv, c.SessionTimeout(), o.KillGrace+s.margin), s.acl, log)
 	if err != nil {
 		return ExitUsage, err
 	}
+	reportFolderACL(ctx, c, dir, s.acl, log)
 	held := false
 	defer func() {
-		// Whatever happened, leave the queue (a no-op once the session is
-		// gone: the node went with it).
-		// Once the lease has lapsed the session is likely gone (and the
-		// node with it); do not hang on an unreachable ensemble.
-		wait := 5 * time.Second
-		if time.Until(c.Lease()) <= 0 {
-			wait = 500 * time.Millisecond
-		}
-		rctx, rcancel := context.WithTimeout(context.Background(), wait)
+		// Whatever happened, leave the queue, retrying through other
+		// members while the session may still live (a no-op once it is
+		// gone: the nodes went with it).
+		rctx, rcancel := context.WithDeadline(context.Background(), releaseDeadline(c))
 		defer rcancel()
 		if err := e.release(rctx, held); err != nil && !errors.Is(err, client.ErrSessionExpired) && !errors.Is(err, client.ErrClosed) {
 			log.Warn("could not release", "node", e.node, "err", err)
@@ -189,52 +167,55 @@ func Run(ctx context.Context, o Options) (int, error) {
 	// Next in line, the watchdog is started ahead (armed, not yet running
 	// the job), so the handoff does not wait for a process start.
 	var armed *guardedJob
-	env := jobEnv(o, e, nil)
-	code, err := waitForLock(ctx, o, c, e, log, func(st QueueStatus) {
-		if armed == nil && !o.Try && st.Position == 1 {
-			// On error, the start is tried again once the lock is held,
-			// where its failure is reported.
-			armed, _ = spawnGuarded(o.Exe, o.Argv, env, o.KillGrace)
-		}
-	})
-	if err != nil || code != 0 {
-		if armed != nil {
-			armed.Disarm()
-			<-armed.Done()
-		}
-		return code, err
-	}
-	held = true
 	disarm := func() {
 		if armed != nil {
 			armed.Disarm()
 			<-armed.Done()
 		}
 	}
-	unclean, err := e.markHeld(ctx)
-	if err != nil {
-		disarm()
-		return ExitSessionLost, fmt.Errorf("record holder: %w", err)
-	}
-	if unclean && o.LockDelay > 0 {
-		log.Info("previous holder's session ended without release; waiting lock-delay", "lock_delay", o.LockDelay)
-		select {
-		case <-time.After(o.LockDelay):
-		case <-c.Done():
-			disarm()
-			return ExitSessionLost, fmt.Errorf("session lost during lock-delay: %w", c.Err())
-		case <-ctx.Done():
-			disarm()
-			return ExitUsage, ctx.Err()
+	env := jobEnv(o, e, nil)
+	code, err := waitForLock(ctx, o, e, sigs, log, func(st QueueStatus) {
+		if armed == nil && !o.Try && (st.Position == 1 || st.Position == 0 && st.Stopping) {
+			// On error, the start is tried again once the lock is held,
+			// where its failure is reported.
+			armed, _ = spawnGuarded(o.Exe, o.Argv, env, o.KillGrace)
 		}
+	})
+	if err != nil || code != 0 {
+		disarm()
+		return code, err
+	}
+	held = true
+	sctx, stopWatch := context.WithCancel(ctx)
+	defer stopWatch()
+	standing := e.watchStanding(sctx)
+	if code, err := waitToStart(ctx, o, c, e, sigs, standing, log); err != nil || code != 0 {
+		disarm()
+		return code, err
 	}
 	log.Info("lock acquired; starting job", "lock", o.Name, "node", e.node, "token", e.czxid)
-	leases := newLeaseFanout(c)
-	return runHeld(o, c, leases, e, margin, armed, env, log)
+	h := &holding{c: c, e: e, leases: newLeaseFanout(c), margin: s.margin, log: log, sigs: sigs, standing: standing, grace: o.KillGrace}
+	return h.run(sctx, o.Exe, o.Argv, env, armed)
+}
+
+// releaseDeadline bounds the retries of a release: once the lease has
+// passed by a whole session timeout the session is surely gone, and its
+// nodes with it.
+func releaseDeadline(c *client.Client) time.Time {
+	return later(c.Lease(), time.Now()).Add(c.SessionTimeout())
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
 // waitForLock waits in the queue; onStatus sees every change of position.
-func waitForLock(ctx context.Context, o Options, c *client.Client, e *entry, log *slog.Logger, onStatus func(QueueStatus)) (int, error) {
+// A terminating signal ends the wait (the caller leaves the queue) but
+// stays queued in sigs, so it is seen again at the start of the job.
+func waitForLock(ctx context.Context, o Options, e *entry, sigs *signalPump, log *slog.Logger, onStatus func(QueueStatus)) (int, error) {
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	if o.Timeout > 0 {
@@ -242,32 +223,29 @@ func waitForLock(ctx context.Context, o Options, c *client.Client, e *entry, log
 		wctx, tcancel = context.WithTimeout(wctx, o.Timeout)
 		defer tcancel()
 	}
-	stopSigs := make(chan os.Signal, 1)
 	go func() {
 		for {
+			ch := sigs.changed()
+			if _, ok := sigs.stopSignal(); ok {
+				cancel()
+				return
+			}
 			select {
-			case s := <-o.Signals:
-				if s == syscall.SIGINT || s == syscall.SIGTERM || s == syscall.SIGHUP || s == syscall.SIGQUIT {
-					stopSigs <- s
-					cancel()
-					return
-				}
+			case <-ch:
 			case <-wctx.Done():
 				return
 			}
 		}
 	}()
 	sl := newStatusLine(o.Status, o.TTY, o.Name, log)
-	err := e.wait(wctx, o.Try, func(st QueueStatus) {
+	err := e.acquire(wctx, o.Try, func(st QueueStatus) {
 		sl.update(st)
 		onStatus(st)
 	})
 	sl.clear()
-	select {
-	case s := <-stopSigs:
+	if s, ok := sigs.stopSignal(); ok {
 		log.Info("signal while waiting; leaving the queue", "signal", s.String())
-		return 128 + int(s.(syscall.Signal)), nil
-	default:
+		return 128 + int(s), nil
 	}
 	switch {
 	case err == nil:
@@ -282,6 +260,46 @@ func waitForLock(ctx context.Context, o Options, c *client.Client, e *entry, log
 	return ExitUsage, err
 }
 
+// waitToStart is the time between taking the lock and starting the job:
+// --lock-delay after an unclean end of the previous holder, and the wait
+// for a previous holder whose job may still run after someone else
+// deleted its nodes. It returns 0 when the job may start.
+func waitToStart(ctx context.Context, o Options, c *client.Client, e *entry, sigs *signalPump, standing <-chan standingLoss, log *slog.Logger) (int, error) {
+	var wait time.Duration
+	if e.unclean() && o.LockDelay > 0 {
+		log.Info("previous holder's session ended without release; waiting lock-delay", "lock_delay", o.LockDelay)
+		wait = o.LockDelay
+	}
+	if w, why := e.mustWait(); w > 0 {
+		log.Warn("waiting until the previous holder's job must be gone", "wait", w.Round(time.Millisecond), "evidence", why)
+		wait = max(wait, w)
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	for {
+		ch := sigs.changed()
+		if s, ok := sigs.stopSignal(); ok {
+			log.Info("signal before the job started; leaving", "signal", s.String())
+			return 128 + int(s), nil
+		}
+		if wait <= 0 {
+			return 0, nil
+		}
+		select {
+		case <-t.C:
+			return 0, nil
+		case <-ch:
+		case loss := <-standing:
+			log.Error("lock lost before the job started: another client deleted or changed this holder's node", "node", loss.Node, "event", loss.Event, "zxid", fmt.Sprintf("0x%x", loss.Zxid))
+			return ExitLockLost, fmt.Errorf("lock lost: %s", loss)
+		case <-c.Done():
+			return ExitSessionLost, fmt.Errorf("session lost before the job started: %w", c.Err())
+		case <-ctx.Done():
+			return ExitUsage, ctx.Err()
+		}
+	}
+}
+
 // jobEnv is the job's environment: the caller's, the lock's identity and
 // its fencing token, then extra.
 func jobEnv(o Options, e *entry, extra []string) []string {
@@ -292,54 +310,85 @@ func jobEnv(o Options, e *entry, extra []string) []string {
 	return append(env, extra...)
 }
 
-// runHeld runs the job under a watchdog (armed: started ahead with env, or
-// nil: started now) while feeding it each new lease deadline, and maps how
-// it ended to an exit code.
-func runHeld(o Options, c *client.Client, leases *leaseFanout, e *entry, margin time.Duration, armed *guardedJob, env []string, log *slog.Logger) (int, error) {
-	updates, unsubscribe := leases.subscribe()
+// holding is a held lock whose job runs under a watchdog.
+type holding struct {
+	c        *client.Client
+	e        *entry
+	leases   *leaseFanout
+	margin   time.Duration // taken off every lease
+	grace    time.Duration // SIGTERM to SIGKILL
+	log      *slog.Logger
+	sigs     *signalPump
+	standing <-chan standingLoss
+}
+
+// run runs the job under a watchdog (armed: started ahead with env, or
+// nil: started now), feeding it each new lease deadline and every signal,
+// stopping it when the session or the lock's standing is lost, and maps
+// how it ended to an exit code.
+func (h *holding) run(ctx context.Context, exe string, argv, env []string, armed *guardedJob) (int, error) {
+	updates, unsubscribe := h.leases.subscribe()
 	defer unsubscribe()
-	deadline := func(lease time.Time) Boottime { return BoottimeAt(lease.Add(-margin)) }
+	deadline := func(lease time.Time) Boottime { return BoottimeAt(lease.Add(-h.margin)) }
 	job := armed
 	if job == nil {
 		var err error
-		if job, err = spawnGuarded(o.Exe, o.Argv, env, o.KillGrace); err != nil {
+		if job, err = spawnGuarded(exe, argv, env, h.grace); err != nil {
 			return ExitUsage, err
 		}
 	}
-	job.Go(deadline(c.Lease()))
+	job.Go(deadline(h.c.Lease()))
 	sessionLost := false
+	var lost *standingLoss
 	for {
+		ch := h.sigs.changed()
+		for _, s := range h.sigs.take() {
+			if sig, ok := s.(syscall.Signal); ok {
+				h.log.Debug("forwarding signal", "signal", s.String())
+				job.Signal(sig)
+			}
+		}
 		select {
 		case l := <-updates:
 			job.SetDeadline(deadline(l))
-		case s := <-o.Signals:
-			if sig, ok := s.(syscall.Signal); ok {
-				log.Debug("forwarding signal", "signal", s.String())
-				job.Signal(sig)
+		case <-ch:
+		case loss := <-h.standing:
+			if lost == nil {
+				lost = &loss
+				h.log.Error("lock lost: another client deleted or changed this holder's node; stopping the job",
+					"node", loss.Node, "event", loss.Event, "zxid", fmt.Sprintf("0x%x", loss.Zxid))
+				job.Stop()
+				go func() {
+					hctx, cancel := context.WithTimeout(ctx, h.c.SessionTimeout())
+					defer cancel()
+					h.e.hold(hctx, loss)
+				}()
 			}
-		case <-c.Done():
+		case <-h.c.Done():
 			if !sessionLost {
 				sessionLost = true
-				log.Error("session lost; stopping the job", "err", c.Err())
+				h.log.Error("session lost; stopping the job", "err", h.c.Err())
 				job.Stop()
 			}
 		case <-job.Done():
 			r := job.Result()
-			switch r.Reason {
-			case ReasonDeadline:
+			switch {
+			case r.Reason == ReasonDeadline:
 				return ExitSessionLost, fmt.Errorf("session lease ran out; job killed (exit %d)", r.Code)
-			case ReasonStopped, "watchdog-died":
-				if sessionLost {
-					return ExitSessionLost, fmt.Errorf("session lost; job killed (exit %d)", r.Code)
-				}
+			case sessionLost && (r.Reason == ReasonStopped || r.Reason == ReasonWatchdogDied):
+				return ExitSessionLost, fmt.Errorf("session lost; job killed (exit %d)", r.Code)
+			case lost != nil:
+				return ExitLockLost, fmt.Errorf("lock lost (%s); job stopped (exit %d)", *lost, r.Code)
 			}
-			log.Info("job finished", "exit", r.Code, "signal", r.Signal)
+			h.log.Info("job finished", "exit", r.Code, "signal", r.Signal)
 			return r.Code, nil
 		}
 	}
 }
 
-func holderInfo(argv []string) HolderInfo {
+// holderInfo describes this process as a contender; timeout and grace
+// bound how long its job can outlive the loss of its standing.
+func holderInfo(argv []string, timeout, grace time.Duration) HolderInfo {
 	host, _ := os.Hostname()
 	name := strconv.Itoa(os.Getuid())
 	if u, err := user.Current(); err == nil {
@@ -349,5 +398,6 @@ func holderInfo(argv []string) HolderInfo {
 	if len(cmd) > 512 {
 		cmd = cmd[:512]
 	}
-	return HolderInfo{Host: host, PID: os.Getpid(), User: name, Command: cmd, Since: time.Now().UTC().Truncate(time.Millisecond)}
+	return HolderInfo{Host: host, PID: os.Getpid(), User: name, Command: cmd, Since: time.Now().UTC().Truncate(time.Millisecond),
+		SessionTimeoutMS: timeout.Milliseconds(), KillGraceMS: grace.Milliseconds()}
 }

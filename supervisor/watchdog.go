@@ -34,6 +34,8 @@ import (
 //
 // Control messages, one per line, supervisor → watchdog:
 //
+//	G <boottime-ns>  an armed watchdog may start the job, to be killed by
+//	                 that deadline
 //	D <boottime-ns>  new kill deadline
 //	S <signum>       deliver a signal to the job's process group
 //	K                stop the job now (TERM, then KILL after grace)
@@ -57,6 +59,9 @@ const (
 	ReasonDeadline = "deadline" // the lease ran out; the watchdog killed it
 	ReasonOrphaned = "orphaned" // the supervisor disappeared
 	ReasonStopped  = "stopped"  // the supervisor asked for it to be stopped
+	// ReasonWatchdogDied: the watchdog was killed without reporting, so
+	// the job's group may not have been reaped.
+	ReasonWatchdogDied = "watchdog-died"
 )
 
 // WatchdogConfig is the watchdog's invocation.

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/coordrun/coordrun/ensemble/client"
+	"github.com/coordrun/coordrun/ensemble/wire"
 	"github.com/coordrun/coordrun/supervisor"
 	"github.com/spf13/cobra"
 	"github.com/spf13/viper"
@@ -27,9 +28,18 @@ the session's lease runs out (members unreachable), the whole group is sent
 SIGTERM, then SIGKILL after --kill-grace, so that it is gone before the lease
 ends and another host can take the lock.
 
+The lock's nodes get an ACL (--acl): with credentials (--auth, or a client
+certificate), the session's identities get every permission and everyone
+else may only read; without, they are open to every client, with a warning.
+If another client deletes or changes the holder's nodes while the command
+runs, the command is stopped (TERM, then KILL after --kill-grace) and
+coordrun exits 78.
+
 Exit codes: the command's own; 128+N if signal N killed it; 75 the lock was
 not acquired (--try, --timeout); 76 the session was lost and the command
-killed; 64 bad usage or no ensemble reachable.`
+killed; 78 the lock was lost (its nodes deleted or changed by another
+client) and the command stopped; 64 bad usage, no permission on the lock's
+folder, or no ensemble reachable.`
 
 // addSessionFlags adds what every command that holds a session and runs
 // jobs needs: where the ensemble is, and how jobs are stopped when the
@@ -42,6 +52,7 @@ func addSessionFlags(cmd *cobra.Command) {
 	f.Duration("drift-margin", 250*time.Millisecond, "safety margin subtracted from every lease, for clock rate differences")
 	f.Duration("zookeeper-margin", 2*time.Second, "extra margin against Apache ZooKeeper, whose followers answer pings on their own")
 	f.StringSlice("auth", nil, "digest credentials user:password (repeatable)")
+	f.String("acl", "", "ACL of the nodes coordrun creates, scheme:id:perms,... (default: the session's identities cdrwa and world:anyone:r with credentials, else open)")
 	f.Bool("shell", false, "run the command through sh -c")
 	f.BoolP("verbose", "v", false, "log more")
 	f.BoolP("quiet", "q", false, "log only errors")
@@ -93,6 +104,12 @@ func sessionOptions(cmd *cobra.Command, v *viper.Viper) (supervisor.Options, err
 	if err != nil {
 		return supervisor.Options{}, err
 	}
+	var acl []wire.ACL
+	if s := v.GetString("acl"); s != "" {
+		if acl, err = supervisor.ParseACL(s); err != nil {
+			return supervisor.Options{}, usageError{fmt.Errorf("--acl: %w", err)}
+		}
+	}
 	// Every signal that would end coordrun goes to the job instead; the
 	// supervisor decides when to stop.
 	sigs := make(chan os.Signal, 8)
@@ -102,6 +119,7 @@ func sessionOptions(cmd *cobra.Command, v *viper.Viper) (supervisor.Options, err
 		SessionTimeout: v.GetDuration("session-timeout"),
 		Auth:           auth,
 		TLS:            tlsCfg,
+		ACL:            acl,
 		Env:            os.Environ(),
 		KillGrace:      v.GetDuration("kill-grace"),
 		DriftMargin:    v.GetDuration("drift-margin"),
@@ -119,6 +137,10 @@ func exitFrom(code int, err error) error {
 	var ue supervisor.UsageError
 	if errors.As(err, &ue) {
 		return usageError{ue.Err}
+	}
+	var ae *supervisor.AccessError
+	if errors.As(err, &ae) {
+		return usageError{err}
 	}
 	if code == 0 && err == nil {
 		return nil

@@ -54,17 +54,37 @@ func printLocks(w io.Writer, locks []supervisor.LockState) {
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "LOCK\tROLE\tHOST\tPID\tTOKEN\tSINCE\tCOMMAND")
+	var warnings []string
 	for _, l := range locks {
-		if l.Holder == nil {
+		if s := l.Stopping; s != nil {
+			row(tw, l.Name, "stopping", supervisor.Contender{Node: s.Node, Token: s.Token, Info: s.HolderInfo})
+		}
+		switch {
+		case l.Holder == nil && l.Stopping == nil:
 			fmt.Fprintf(tw, "%s\tfree\t\t\t\t\t\n", l.Name)
-		} else {
+		case l.Holder != nil && l.Holder.Holding:
 			row(tw, l.Name, "holder", *l.Holder)
+		case l.Holder != nil:
+			// Lowest in the queue but not holding: taking the lock, or
+			// waiting for a stopping previous holder.
+			h := *l.Holder
+			h.Info.Since = time.Time{}
+			row(tw, l.Name, "next", h)
 		}
 		for i, c := range l.Waiters {
 			row(tw, l.Name, fmt.Sprintf("waiter %d", i+1), c)
 		}
+		if l.Open {
+			warnings = append(warnings, fmt.Sprintf("warning: lock %s is open to every client (ACL %s): anyone can delete its nodes; run with --auth or a client certificate", l.Name, l.ACL))
+		}
+		if l.Stopping != nil {
+			warnings = append(warnings, fmt.Sprintf("warning: lock %s: the previous holder's node %s was deleted by another client; it is stopping its job", l.Name, l.Stopping.Node))
+		}
 	}
 	tw.Flush()
+	for _, s := range warnings {
+		fmt.Fprintln(w, s)
+	}
 }
 
 func row(w io.Writer, lock, role string, c supervisor.Contender) {
