@@ -214,9 +214,12 @@ func TestE2EACL(t *testing.T) {
 			"delete the holder's queue node": conn.Delete(ls.Holder.Node, -1),
 			"delete the run node":            conn.Delete(path.Join(dir, "run"), -1),
 			"delete a waiter's node":         conn.Delete(ls.Waiters[0].Node, -1),
-			"create a node in the folder":    func() error { _, err := conn.Create(path.Join(dir, "lock-x-"), nil, zk.FlagSequence|zk.FlagEphemeral, zk.WorldACL(zk.PermAll)); return err }(),
-			"setData on the folder":          func() error { _, err := conn.Set(dir, []byte("x"), -1); return err }(),
-			"setData on the holder's node":   func() error { _, err := conn.Set(ls.Holder.Node, []byte("x"), -1); return err }(),
+			"create a node in the folder": func() error {
+				_, err := conn.Create(path.Join(dir, "lock-x-"), nil, zk.FlagSequence|zk.FlagEphemeral, zk.WorldACL(zk.PermAll))
+				return err
+			}(),
+			"setData on the folder":        func() error { _, err := conn.Set(dir, []byte("x"), -1); return err }(),
+			"setData on the holder's node": func() error { _, err := conn.Set(ls.Holder.Node, []byte("x"), -1); return err }(),
 		} {
 			if !errors.Is(err, zk.ErrNoAuth) {
 				t.Errorf("foreign client could %s: %v, want NOAUTH", what, err)
