@@ -60,6 +60,12 @@ type Config struct {
 	// RequireAndVerifyClientCert). Four-letter words go over TLS too.
 	// Nil (the default) serves plaintext. See tls.go.
 	ClientTLS *tls.Config
+	// ClientIdentity chooses what of a client certificate verified by
+	// ClientCAs becomes the connection's x509 identities, which ACL
+	// entries x509:<id> grant to: the subject DN (CertIdentityDN, the
+	// default, as ZooKeeper does), the SANs of one type, or the values
+	// of one subject attribute. See certid.go.
+	ClientIdentity CertIdentity
 	// PeerTLS, when set, runs raft and member RPCs over mutual TLS. It
 	// needs the member's certificate (Certificates) and the peer CA
 	// (RootCAs, also used as ClientCAs unless those are set). Accepted
@@ -181,6 +187,15 @@ func (c *Config) fillDefaults() error {
 	}
 	if err := c.checkTLS(); err != nil {
 		return err
+	}
+	if c.ClientIdentity == "" {
+		c.ClientIdentity = CertIdentityDN
+	}
+	if err := c.ClientIdentity.check(); err != nil {
+		return err
+	}
+	if c.ClientIdentity != CertIdentityDN && c.ClientTLS == nil {
+		return fmt.Errorf("client certificate identity %q needs client TLS with a client CA", c.ClientIdentity)
 	}
 	return nil
 }

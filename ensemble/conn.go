@@ -9,6 +9,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -256,6 +257,13 @@ type conn struct {
 
 	auth  []tree.Identity // replaced, never mutated: slots keep a snapshot
 	slots chan slot
+	// sharedAuth is auth for other goroutines: the FSM checks watch
+	// notifications against it. The reader goroutine alone writes both.
+	sharedAuth atomic.Pointer[[]tree.Identity]
+	// certIDs are the x509 identities of the client's verified
+	// certificate; an auth packet of scheme x509 re-authenticates with
+	// them.
+	certIDs []tree.Identity
 
 	outMu    sync.Mutex
 	out      [][]byte
@@ -290,17 +298,53 @@ type slot struct {
 
 func newConn(m *Member, nc net.Conn, session int64, timeout time.Duration) *conn {
 	host, _, _ := net.SplitHostPort(nc.RemoteAddr().String())
-	return &conn{
+	c := &conn{
 		m:       m,
 		nc:      nc,
 		session: session,
 		timeout: timeout,
 		remote:  nc.RemoteAddr().String(),
-		auth:    []tree.Identity{{Scheme: "ip", ID: host}},
 		slots:   make(chan slot, maxPipelined),
 		outKick: make(chan struct{}, 1),
 		done:    make(chan struct{}),
 	}
+	// As on ZooKeeper: the ip identity, then those of the certificate,
+	// which need no auth packet.
+	var hasCert bool
+	c.certIDs, hasCert = connCertIdentities(nc, m.cfg.ClientIdentity)
+	if hasCert {
+		if len(c.certIDs) == 0 {
+			m.log.Info("client certificate carries no identity of the configured kind",
+				"remote", c.remote, "session", session, "identity", string(m.cfg.ClientIdentity))
+		} else {
+			m.log.Debug("client authenticated by its certificate", "remote", c.remote, "session", session, "ids", c.certIDs)
+		}
+	}
+	c.setAuth(append([]tree.Identity{{Scheme: "ip", ID: host}}, c.certIDs...))
+	return c
+}
+
+// setAuth replaces the connection's identities; reader goroutine only.
+func (c *conn) setAuth(auth []tree.Identity) {
+	c.auth = auth
+	c.sharedAuth.Store(&auth)
+}
+
+// identities are the connection's current identities, for the READ check
+// of watch notifications.
+func (c *conn) identities() []tree.Identity {
+	return *c.sharedAuth.Load()
+}
+
+// addIdentities returns auth with ids appended, skipping those it holds.
+func addIdentities(auth []tree.Identity, ids ...tree.Identity) []tree.Identity {
+	out := slices.Clip(auth)
+	for _, id := range ids {
+		if !slices.Contains(out, id) {
+			out = append(out, id)
+		}
+	}
+	return out
 }
 
 func (c *conn) run(r *bufio.Reader, connectReply []byte) {
@@ -387,11 +431,14 @@ func (c *conn) writeLoop() {
 }
 
 func (c *conn) notify(ev wire.WatcherEvent, zxid int64) {
+	c.notifyFrame(notificationFrame(ev, zxid))
+}
+
+// notifyFrame queues an encoded notification. The frame may be shared
+// with other connections: queued frames are only ever read.
+func (c *conn) notifyFrame(frame []byte) {
 	c.m.stats.notifications.Add(1)
-	e := wire.NewFrameEncoder(nil)
-	(&wire.ReplyHeader{Xid: wire.XidNotification, Zxid: zxid}).Encode(e)
-	ev.Encode(e)
-	c.push(e.Frame())
+	c.push(frame)
 }
 
 func (c *conn) sequence() {
@@ -595,14 +642,26 @@ func (c *conn) startAuth(xid int32, d *wire.Decoder) (slot, error) {
 		return slot{}, err
 	}
 	zxid := c.m.fsm.applied.Load()
-	if req.Scheme != "digest" || !strings.Contains(string(req.Auth), ":") {
+	failed := slot{closeAfter: true, finish: func() []byte {
+		e := wire.NewFrameEncoder(nil)
+		(&wire.ReplyHeader{Xid: xid, Zxid: zxid, Err: wire.ErrAuthFailed}).Encode(e)
+		return e.Frame()
+	}}
+	switch {
+	case req.Scheme == schemeX509:
+		// ZooKeeper's X509AuthenticationProvider ignores the payload and
+		// authenticates the connection's certificate again: OK when
+		// it yields identities (already held, so nothing changes),
+		// AuthFailed and the end of the connection without one.
+		if len(c.certIDs) == 0 {
+			return failed, nil
+		}
+		c.setAuth(addIdentities(c.auth, c.certIDs...))
+		return slot{finish: func() []byte { return reply(xid, zxid, nil) }}, nil
+	case req.Scheme != "digest" || !strings.Contains(string(req.Auth), ":"):
 		// Unknown scheme or malformed credentials: ZooKeeper answers
 		// AuthFailed and ends the connection.
-		return slot{closeAfter: true, finish: func() []byte {
-			e := wire.NewFrameEncoder(nil)
-			(&wire.ReplyHeader{Xid: xid, Zxid: zxid, Err: wire.ErrAuthFailed}).Encode(e)
-			return e.Frame()
-		}}, nil
+		return failed, nil
 	}
 	id := tree.Identity{Scheme: "digest", ID: digestID(string(req.Auth))}
 	auth := make([]tree.Identity, 0, len(c.auth)+1)
@@ -611,7 +670,7 @@ func (c *conn) startAuth(xid int32, d *wire.Decoder) (slot, error) {
 			auth = append(auth, a)
 		}
 	}
-	c.auth = append(auth, id)
+	c.setAuth(append(auth, id))
 	return slot{finish: func() []byte { return reply(xid, zxid, nil) }}, nil
 }
 
@@ -833,7 +892,7 @@ func (c *conn) readOp(xid, op int32, d *wire.Decoder) func() []byte {
 		} else if sw.Decode(d) != nil {
 			return nil
 		}
-		return func() []byte { return c.setWatches(xid, &sw) }
+		return func() []byte { return c.setWatches(xid, &sw, auth) }
 	case wire.OpAddWatch:
 		var req wire.AddWatchRequest
 		if req.Decode(d) != nil {
@@ -1010,14 +1069,23 @@ func (c *conn) multiRead(xid int32, req *wire.MultiRequest, auth []tree.Identity
 
 // setWatches re-registers a reconnecting client's watches. A change the
 // client missed (newer than relativeZxid, the last zxid it saw) fires at
-// once instead.
-func (c *conn) setWatches(xid int32, sw *wire.SetWatches2) []byte {
+// once instead, if the session may read the node (for a child watch, the
+// node whose children changed); otherwise the watch is used up silently,
+// like any one-shot watch fired by a change the session may not read (see
+// watchManager.trigger). ZooKeeper delivers these missed-change events
+// without an ACL check. A deletion fires unchecked, the node's ACL being
+// gone with it: the session named the path itself, and exists (which
+// checks no ACL) would tell it the same.
+func (c *conn) setWatches(xid int32, sw *wire.SetWatches2, auth []tree.Identity) []byte {
 	m := c.m
 	// The sequencer holds the tree's read lock (slot.locked).
 	zxid := m.fsm.applied.Load()
 	t := m.fsm.tree
 	rel := sw.RelativeZxid
 	fire := func(typ int32, path string) {
+		if typ != wire.EventNodeDeleted && t.CheckACL(path, tree.PermRead, auth) != nil {
+			return
+		}
 		c.notify(wire.WatcherEvent{Type: typ, State: wire.StateSyncConnected, Path: path}, zxid)
 	}
 	for _, p := range sw.DataWatches {

@@ -21,7 +21,12 @@ const (
 
 // watcher receives notifications; a client connection.
 type watcher interface {
-	notify(ev wire.WatcherEvent, zxid int64)
+	// identities are what the READ check of a notification runs
+	// against; they must not be modified. Called from the FSM.
+	identities() []tree.Identity
+	// notifyFrame queues an encoded notification. The frame is shared by
+	// every watcher of the event and must not be modified.
+	notifyFrame(frame []byte)
 }
 
 // watchManager holds this member's watches. Watches are not replicated: a
@@ -29,12 +34,16 @@ type watcher interface {
 //
 // Safe for concurrent use. trigger is called by the FSM under the tree's
 // write lock, and registration by readers under its read lock, so no change
-// falls between a read and the watch it sets.
+// falls between a read and the watch it sets. Lock order: the FSM's lock,
+// then mu, then a connection's outMu (trigger queues notifications under
+// mu, which costs little: readers that would register wait for the FSM's
+// lock anyway).
 type watchManager struct {
 	mu      sync.Mutex
 	byKind  [numWatchKinds]map[string]map[watcher]struct{}
 	byOwner map[watcher]map[watchKey]struct{}
 	total   int
+	sets    []map[watcher]struct{} // trigger's scratch space, under mu
 }
 
 type watchKey struct {
@@ -126,59 +135,104 @@ func (w *watchManager) count() int {
 	return w.total
 }
 
-// trigger fires the watches a change event concerns. One-shot watches are
-// consumed; a connection gets at most one notification per event even when
-// several of its watches match (as in ZooKeeper).
+// trigger fires the watches a change event concerns. A connection gets at
+// most one notification per event even when several of its watches match
+// (as in ZooKeeper).
+//
+// Only sessions that may read what changed are told, as in ZooKeeper since
+// the fix for CVE-2024-23944 (3.8.4, 3.9.2): READ on ev.ACL, the node's ACL
+// (the parent's for a child-list change) at the moment of the change, checked
+// against the identities the connection holds now. There the check covers
+// every kind of watch, persistent and recursive ones included, and so it
+// does here. A one-shot watch whose owner may not read is consumed all the
+// same: ZooKeeper's WatchManager removes it before the connection drops the
+// event, so a later change the session may read does not fire it either.
+//
+// When anyone may read (world:anyone with READ, the common case) no
+// watcher's identities are looked at, and the notification is encoded once
+// and queued on every connection as the same frame: fan-out allocates
+// nothing per watcher.
 func (w *watchManager) trigger(ev tree.Event, zxid int64) {
 	var typ int32
 	var kinds []watchKind
 	switch ev.Type {
 	case tree.EventCreated:
-		typ, kinds = wire.EventNodeCreated, []watchKind{watchData, watchExist}
+		typ, kinds = wire.EventNodeCreated, oneShotData
 	case tree.EventDeleted:
-		typ, kinds = wire.EventNodeDeleted, []watchKind{watchData, watchExist, watchChild}
+		typ, kinds = wire.EventNodeDeleted, oneShotAll
 	case tree.EventDataChanged:
-		typ, kinds = wire.EventNodeDataChanged, []watchKind{watchData, watchExist}
+		typ, kinds = wire.EventNodeDataChanged, oneShotData
 	case tree.EventChildrenChanged:
-		typ, kinds = wire.EventNodeChildrenChanged, []watchKind{watchChild}
+		typ, kinds = wire.EventNodeChildrenChanged, oneShotChild
 	default:
 		return
 	}
+	open := tree.Permitted(ev.ACL, tree.PermRead, nil)
 	w.mu.Lock()
-	var fired map[watcher]struct{}
-	fire := func(o watcher) {
-		if fired == nil {
-			fired = map[watcher]struct{}{}
-		}
-		fired[o] = struct{}{}
-	}
+	defer w.mu.Unlock()
+	sets := w.sets[:0]
 	for _, k := range kinds {
-		for o := range w.byKind[k][ev.Path] {
-			fire(o)
-			w.removeLocked(k, ev.Path, o)
+		if s := w.byKind[k][ev.Path]; len(s) > 0 {
+			sets = append(sets, s)
 		}
 	}
 	// Persistent watches stay. A recursive one sees every change below
 	// its path except child-list changes, which its creation and deletion
 	// events already describe.
-	for o := range w.byKind[watchPersistent][ev.Path] {
-		fire(o)
+	if s := w.byKind[watchPersistent][ev.Path]; len(s) > 0 {
+		sets = append(sets, s)
 	}
 	if ev.Type != tree.EventChildrenChanged && len(w.byKind[watchRecursive]) > 0 {
 		for p := ev.Path; ; p = parentPath(p) {
-			for o := range w.byKind[watchRecursive][p] {
-				fire(o)
+			if s := w.byKind[watchRecursive][p]; len(s) > 0 {
+				sets = append(sets, s)
 			}
 			if p == "/" {
 				break
 			}
 		}
 	}
-	w.mu.Unlock()
-	e := wire.WatcherEvent{Type: typ, State: wire.StateSyncConnected, Path: ev.Path}
-	for o := range fired {
-		o.notify(e, zxid)
+	var frame []byte
+	for i, set := range sets {
+	watchers:
+		for o := range set {
+			for _, earlier := range sets[:i] {
+				if _, seen := earlier[o]; seen {
+					continue watchers
+				}
+			}
+			if !open && !tree.Permitted(ev.ACL, tree.PermRead, o.identities()) {
+				continue
+			}
+			if frame == nil {
+				frame = notificationFrame(wire.WatcherEvent{Type: typ, State: wire.StateSyncConnected, Path: ev.Path}, zxid)
+			}
+			o.notifyFrame(frame)
+		}
 	}
+	for _, k := range kinds {
+		for o := range w.byKind[k][ev.Path] {
+			w.removeLocked(k, ev.Path, o)
+		}
+	}
+	clear(sets) // no references to sets that may be dropped
+	w.sets = sets[:0]
+}
+
+// The one-shot watch kinds each event type fires.
+var (
+	oneShotData  = []watchKind{watchData, watchExist}
+	oneShotAll   = []watchKind{watchData, watchExist, watchChild}
+	oneShotChild = []watchKind{watchChild}
+)
+
+// notificationFrame encodes a watch notification.
+func notificationFrame(ev wire.WatcherEvent, zxid int64) []byte {
+	// Length, reply header (xid, zxid, err), type, state, path.
+	e := wire.NewFrameEncoder(make([]byte, 0, 4+16+12+len(ev.Path)))
+	(&wire.ReplyHeader{Xid: wire.XidNotification, Zxid: zxid}).Encode(e)
+	ev.Encode(e)
+	return e.Frame()
 }
 
 func parentPath(p string) string {
