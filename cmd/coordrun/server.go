@@ -51,7 +51,22 @@ from it; --peers only matters the first time.
 	f.String("log-format", "text", "log format on stderr: text or json")
 	f.String("log-level", "info", "log level: debug, info, warn, error")
 	addServerTLSFlags(f)
+	f.String("tls-client-identity", string(ensemble.CertIdentityDN), "what of a client certificate verified by --tls-client-ca becomes its x509 identity for ACLs: "+
+		"dn (the subject DN, as ZooKeeper), san-dns, san-uri, san-email, san-ip (each SAN of that type), cn, o, ou (each value of that subject attribute, as O=ops)")
 	return cmd
+}
+
+// clientIdentity reads --tls-client-identity; a form other than dn needs
+// client certificates to take it from.
+func clientIdentity(v interface{ GetString(string) string }) (ensemble.CertIdentity, error) {
+	id, err := ensemble.ParseCertIdentity(v.GetString("tls-client-identity"))
+	if err != nil {
+		return "", usageError{fmt.Errorf("--tls-client-identity (config key tls-client-identity): %w", err)}
+	}
+	if id != ensemble.CertIdentityDN && v.GetString("tls-client-ca") == "" {
+		return "", usageError{fmt.Errorf("--tls-client-identity %s needs --tls-client-ca: identities come from the client certificates it verifies", id)}
+	}
+	return id, nil
 }
 
 func runServer(cmd *cobra.Command, _ []string) error {
@@ -124,6 +139,9 @@ func runServer(cmd *cobra.Command, _ []string) error {
 		return usageError{fmt.Errorf("--peer-addr is required (or --dev)")}
 	}
 	if cfg.ClientTLS, cfg.PeerTLS, err = serverTLS(v); err != nil {
+		return err
+	}
+	if cfg.ClientIdentity, err = clientIdentity(v); err != nil {
 		return err
 	}
 	m, err := ensemble.Start(cfg)
