@@ -17,9 +17,11 @@ package supervisor_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand"
 	"os"
+	"path"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -32,6 +34,8 @@ import (
 	"time"
 
 	"github.com/coordrun/coordrun/ensemble/chaos"
+	"github.com/coordrun/coordrun/ensemble/client"
+	"github.com/coordrun/coordrun/ensemble/wire"
 	"github.com/coordrun/coordrun/fencing"
 	"github.com/coordrun/coordrun/supervisor"
 )
@@ -53,12 +57,17 @@ const (
 	// pings that queued up during its pause is the holder's last lease
 	// proof, and it must be one the new leader honours.
 	faultLeaderPauseCut = "leader-pause-cut"
+	// Another client (no credentials, open ACL) deletes the holder's
+	// queue node, its run node, or the queue node and then, once the
+	// holder reacted, the run node; or the whole lock folder at once.
+	faultForeignDelete = "foreign-delete"
+	faultDeleteAll     = "deleteall"
 )
 
 // The short run injects each of these once; the long one draws from
 // these and chaosExtraKinds.
 var (
-	chaosFaultKinds = []string{faultLeaderKill, faultMemberPause, faultSupKill, faultSupStop, faultSupCut, faultHolderFreeze}
+	chaosFaultKinds = []string{faultLeaderKill, faultMemberPause, faultSupKill, faultSupStop, faultSupCut, faultHolderFreeze, faultForeignDelete, faultDeleteAll}
 	chaosExtraKinds = []string{faultLeaderPartition, faultMemberClientCut, faultLeaderPauseKill, faultLeaderPauseCut}
 )
 
@@ -206,6 +215,7 @@ type chaosWorld struct {
 	lastPinned int64
 	faultLog   *os.File
 	began      time.Time
+	foreign    *client.Client // a session without credentials
 }
 
 func newChaosWorld(t *testing.T, r *rig, m *chaos.Cluster, dir string, seed int64) *chaosWorld {
@@ -517,6 +527,21 @@ func (w *chaosWorld) holderFault(kind string) {
 	case faultHolderFreeze:
 		w.freeze(target, inc)
 
+	case faultForeignDelete, faultDeleteAll:
+		w.foreignDelete(kind, target, faulted)
+		jobDead(killGrace + 5*time.Second)
+		succ := w.successor(kind, target, faulted)
+		w.logf("%s: %s took over with token %d", kind, succ.host, succ.token)
+		// A member fault beside this one may cost the holder its lease
+		// first.
+		select {
+		case <-inc.sup.done:
+		case <-time.After(10 * time.Second):
+		}
+		if code := inc.sup.cmd.ProcessState.ExitCode(); code != supervisor.ExitLockLost && code != supervisor.ExitSessionLost {
+			w.problem("%s: supervisor %s exited %d, want %d (lock lost)", kind, inc.label, code, supervisor.ExitLockLost)
+		}
+
 	case faultLeaderPauseCut:
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		l, err := w.members.Leader(ctx)
@@ -547,6 +572,90 @@ func (w *chaosWorld) holderFault(kind string) {
 			w.t.Fatal(err)
 		}
 	}
+}
+
+// foreignDelete deletes lock nodes of target's holder as a client without
+// credentials can while the lock's ACL is open.
+func (w *chaosWorld) foreignDelete(kind string, target chaosRec, faulted time.Time) {
+	w.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c := w.foreignClient(ctx)
+	dir := path.Join("/coordrun/locks", w.r.lock)
+	retry := func(what string, op func() error) {
+		for {
+			err := op()
+			if err == nil {
+				return
+			}
+			if !errors.Is(err, client.ErrConnectionLoss) {
+				w.t.Fatalf("%s: %s: %v", kind, what, err)
+			}
+		}
+	}
+	var kids []string
+	retry("list "+dir, func() (err error) { kids, _, err = c.Children(ctx, dir); return })
+	if kind == faultDeleteAll {
+		ops := []wire.MultiOp{}
+		for _, k := range kids {
+			ops = append(ops, wire.MultiOp{Type: wire.OpDelete, Path: path.Join(dir, k), Version: -1})
+		}
+		ops = append(ops, wire.MultiOp{Type: wire.OpDelete, Path: dir, Version: -1})
+		w.logf("%s: %s and its %d nodes, while %s holds token %d", kind, dir, len(kids), target.host, target.token)
+		retry("deleteall", func() error { _, err := c.Multi(ctx, ops...); return err })
+		return
+	}
+	queue := ""
+	for _, k := range kids {
+		st, ok, err := c.Exists(ctx, path.Join(dir, k))
+		if err == nil && ok && st.Czxid == target.token {
+			queue = path.Join(dir, k)
+		}
+	}
+	if queue == "" {
+		w.t.Fatalf("%s: no queue node with token %d in %v", kind, target.token, kids)
+	}
+	run := path.Join(dir, "run")
+	switch w.rng.Intn(3) {
+	case 0:
+		w.logf("%s: the queue node of %s (token %d)", kind, target.host, target.token)
+		retry("delete "+queue, func() error { return c.Delete(ctx, queue, -1) })
+	case 1:
+		w.logf("%s: the run node of %s (token %d)", kind, target.host, target.token)
+		retry("delete "+run, func() error { return c.Delete(ctx, run, -1) })
+	default:
+		w.logf("%s: the queue node of %s (token %d), then its run node", kind, target.host, target.token)
+		retry("delete "+queue, func() error { return c.Delete(ctx, queue, -1) })
+		waitUntil(w.t, 10*time.Second, kind+": the holder's job to hear of it", func() bool {
+			for _, x := range w.runs() {
+				if x.kind == "sig" && x.token == target.token || x.kind == "end" && x.token == target.token {
+					return true
+				}
+			}
+			return false
+		})
+		retry("delete "+run, func() error {
+			err := c.Delete(ctx, run, -1)
+			if errors.Is(err, wire.ErrNoNode) {
+				return nil // released already: the job ended on its TERM
+			}
+			return err
+		})
+	}
+}
+
+// foreignClient is a session without credentials, for foreign deletes.
+func (w *chaosWorld) foreignClient(ctx context.Context) *client.Client {
+	w.t.Helper()
+	if w.foreign == nil {
+		c, err := client.Connect(ctx, client.Config{Servers: strings.Split(w.members.Servers(), ","), SessionTimeout: 10 * time.Second})
+		if err != nil {
+			w.t.Fatalf("foreign client: %v", err)
+		}
+		w.foreign = c
+		w.t.Cleanup(func() { c.Close() })
+	}
+	return w.foreign
 }
 
 // successor waits for the next holder after a fault aimed at target's

@@ -126,7 +126,7 @@ func foreignDelete(t *testing.T, b *backend, mode string) {
 	a := r.supervise("A", nil, r.job("A", "-forever", "-trap", "TERM")...)
 	startA := r.await(10*time.Second, "start", "A", "")
 	life := watchLife(t, startA.pid())
-	bb := r.supervise("B", nil, r.job("B", "-hold", "100ms")...)
+	bb := r.supervise("B", nil, r.job("B", "-hold", "1s")...)
 	ls := r.awaitQueue(10*time.Second, 1)
 	if !ls.Holder.Holding {
 		t.Fatalf("holder %s does not own the run node: %+v", ls.Holder.Node, ls)
@@ -189,6 +189,11 @@ func foreignDelete(t *testing.T, b *backend, mode string) {
 	}
 	if startB.token <= startA.token {
 		t.Errorf("token did not rise: %d then %d", startA.token, startB.token)
+	}
+	// A waiter whose node was deleted joined again: its job must run
+	// with the token of the node it holds by, not of the one it lost.
+	if st := r.state(); st.Holder == nil || !st.Holder.Holding || st.Holder.Token != startB.token {
+		t.Errorf("B's job runs with token %d, but the lock is held by %+v", startB.token, st.Holder)
 	}
 	if code := bb.exit(t, 10*time.Second); code != 0 {
 		t.Errorf("B exited %d, want 0", code)

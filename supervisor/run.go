@@ -165,26 +165,37 @@ func Run(ctx context.Context, o Options) (int, error) {
 	}()
 
 	// Next in line, the watchdog is started ahead (armed, not yet running
-	// the job), so the handoff does not wait for a process start.
+	// the job), so the handoff does not wait for a process start. Its
+	// environment names the queue node and its token: if the node is
+	// replaced (deleted by someone, joined again), so is the watchdog.
 	var armed *guardedJob
+	var armedToken int64
 	disarm := func() {
 		if armed != nil {
 			armed.Disarm()
 			<-armed.Done()
+			armed = nil
 		}
 	}
-	env := jobEnv(o, e, nil)
 	code, err := waitForLock(ctx, o, e, sigs, log, func(st QueueStatus) {
+		if armed != nil && armedToken != e.czxid {
+			disarm()
+		}
 		if armed == nil && !o.Try && (st.Position == 1 || st.Position == 0 && st.Stopping) {
 			// On error, the start is tried again once the lock is held,
 			// where its failure is reported.
-			armed, _ = spawnGuarded(o.Exe, o.Argv, env, o.KillGrace)
+			armed, _ = spawnGuarded(o.Exe, o.Argv, jobEnv(o, e, nil), o.KillGrace)
+			armedToken = e.czxid
 		}
 	})
 	if err != nil || code != 0 {
 		disarm()
 		return code, err
 	}
+	if armed != nil && armedToken != e.czxid {
+		disarm()
+	}
+	env := jobEnv(o, e, nil)
 	held = true
 	sctx, stopWatch := context.WithCancel(ctx)
 	defer stopWatch()
