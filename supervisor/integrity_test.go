@@ -343,3 +343,80 @@ func TestParseACL(t *testing.T) {
 		}
 	}
 }
+
+// A cron firing whose record or lock another client deletes while it runs
+// is stopped; the host goes on scheduling. With credentials, the same
+// client is refused.
+func TestCronForeignDelete(t *testing.T) {
+	b := sharedCoordrun(t)
+	for _, tc := range []struct {
+		name string
+		auth []string
+	}{{"open", nil}, {"auth", []string{"--auth", "cron:pw"}}} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newRig(t, b)
+			root, job := "/cron-integrity-"+randHex(4), "nightly"
+			jobFlags := []string{"-forever", "-trap", "TERM"}
+			if tc.auth != nil {
+				// Nothing stops this one but the host's own TERM at the end.
+				jobFlags = append(jobFlags, "-exitafter", "1")
+			}
+			procs := cronStartProcs(r, 1, "c", root, job, "@every 1s", tc.auth, r.job("J", jobFlags...))
+			start := r.await(15*time.Second, "start", "J", "")
+			life := watchLife(t, start.pid())
+			conn := foreign(t, b)
+			firings := path.Join(root, job, "firings")
+			var running string
+			waitUntil(t, 5*time.Second, "the firing's record to say running", func() bool {
+				kids, _, err := conn.Children(firings)
+				if err != nil {
+					return false
+				}
+				for _, k := range kids {
+					data, _, err := conn.Get(path.Join(firings, k))
+					if err == nil && strings.Contains(string(data), `"state":"running"`) {
+						running = path.Join(firings, k)
+						return true
+					}
+				}
+				return false
+			})
+			err := conn.Delete(running, -1)
+			if tc.auth != nil {
+				if !errors.Is(err, zk.ErrNoAuth) {
+					t.Errorf("foreign delete of the firing %s: %v, want NOAUTH", running, err)
+				}
+				if err := conn.Delete(path.Join(root, job, "lock", "run"), -1); !errors.Is(err, zk.ErrNoAuth) {
+					t.Errorf("foreign delete of the firing's run node: %v, want NOAUTH", err)
+				}
+				if _, err := conn.Set(running, []byte("{}"), -1); !errors.Is(err, zk.ErrNoAuth) {
+					t.Errorf("foreign setData on the firing: %v, want NOAUTH", err)
+				}
+				select {
+				case <-life.dead:
+					t.Errorf("the firing's job died although every foreign write was refused")
+				default:
+				}
+				cronStopProcs(t, procs)
+				return
+			}
+			if err != nil {
+				t.Fatalf("foreign delete of %s: %v", running, err)
+			}
+			deleted := time.Now()
+			select {
+			case <-life.dead:
+			case <-time.After(cronKillGrace + 5*time.Second):
+				t.Fatalf("the firing's job still runs %v after its record was deleted", time.Since(deleted))
+			}
+			t.Logf("firing record deleted → its job gone %v (kill grace %v)", ms(life.last().Sub(deleted)), cronKillGrace)
+			if !procs[0].running() {
+				t.Fatalf("the cron host exited (%d) after losing one firing; output:\n%s", procs[0].cmd.ProcessState.ExitCode(), procs[0].out.String())
+			}
+			if !strings.Contains(procs[0].out.String(), "lock lost") {
+				t.Errorf("the cron host's log does not say the firing was lost:\n%s", procs[0].out.String())
+			}
+			cronStopProcs(t, procs)
+		})
+	}
+}
