@@ -198,8 +198,12 @@ func foreignDelete(t *testing.T, b *backend, mode string) {
 	if code := bb.exit(t, 10*time.Second); code != 0 {
 		t.Errorf("B exited %d, want 0", code)
 	}
-	t.Logf("foreign %s → holder's job gone %v (kill grace %v), next holder started %v after the job (token %d → %d)",
-		mode, ms(jobGone.Sub(deleted)), killGrace, ms(startB.at.Sub(jobGone)), startA.token, startB.token)
+	term := "-"
+	if x, ok := r.find("sig", "A", "TERM"); ok {
+		term = ms(x.at.Sub(deleted))
+	}
+	t.Logf("foreign %s → TERM reached the holder's job %v, its job gone %v (kill grace %v), next holder started %v after the job (token %d → %d)",
+		mode, term, ms(jobGone.Sub(deleted)), killGrace, ms(startB.at.Sub(jobGone)), startA.token, startB.token)
 }
 
 // With credentials, the ensemble itself refuses the foreign client; an
