@@ -234,20 +234,7 @@ func waitForLock(ctx context.Context, o Options, e *entry, sigs *signalPump, log
 		wctx, tcancel = context.WithTimeout(wctx, o.Timeout)
 		defer tcancel()
 	}
-	go func() {
-		for {
-			ch := sigs.changed()
-			if _, ok := sigs.stopSignal(); ok {
-				cancel()
-				return
-			}
-			select {
-			case <-ch:
-			case <-wctx.Done():
-				return
-			}
-		}
-	}()
+	go sigs.cancelOnStop(wctx, cancel)
 	sl := newStatusLine(o.Status, o.TTY, o.Name, log)
 	err := e.acquire(wctx, o.Try, func(st QueueStatus) {
 		sl.update(st)

@@ -1,6 +1,7 @@
 package supervisor
 
 import (
+	"context"
 	"os"
 	"sync"
 	"syscall"
@@ -79,3 +80,20 @@ func isStopSignal(s syscall.Signal) bool {
 }
 
 func (p *signalPump) close() { close(p.done) }
+
+// cancelOnStop calls cancel once a terminating signal is queued, leaving
+// it queued, or returns when ctx ends.
+func (p *signalPump) cancelOnStop(ctx context.Context, cancel context.CancelFunc) {
+	for {
+		ch := p.changed()
+		if _, ok := p.stopSignal(); ok {
+			cancel()
+			return
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return
+		}
+	}
+}

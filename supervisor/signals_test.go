@@ -30,20 +30,7 @@ func TestSignalPumpLosesNothing(t *testing.T) {
 		// Waiting: the canceller of waitForLock, and an acquisition at a
 		// random moment.
 		wctx, cancel := context.WithCancel(context.Background())
-		go func() {
-			for {
-				ch := p.changed()
-				if _, ok := p.stopSignal(); ok {
-					cancel()
-					return
-				}
-				select {
-				case <-ch:
-				case <-wctx.Done():
-					return
-				}
-			}
-		}()
+		go p.cancelOnStop(wctx, cancel)
 		acquired := make(chan struct{})
 		go func() { spin(rand.IntN(200)); close(acquired) }()
 		select {
