@@ -212,47 +212,39 @@ func (cn *conn) readTimeout() time.Duration { return cn.timeout * 2 / 3 }
 // 4.8s of 6s left: 2.45s before the kill, in which the client must notice
 // the silence and get an answer from another member.
 //
-//   - The oldest unanswered ping (or read) is given up after timeout/6, 1s
-//     of 6s. That leaves 1.45s for the failover: a handshake with a healthy
-//     member takes milliseconds, and the stagger between attempts
-//     (timeout/20, see race) lets four silent members be tried before the
-//     one that answers. A healthy member answers a ping within a round
-//     trip to the leader (a follower answers only once the leader has
-//     acknowledged the session's liveness), two orders of magnitude
-//     below; pings every PingInterval never come near it, since the clock
-//     runs from each ping's own send time.
-//   - A write or sync at the head of the line waits for a quorum round
-//     with disk syncs, which load can stretch, and a ping behind it waits
-//     too (replies come in request order). It is given up after
-//     timeout/4, 1.5s of 6s, which still leaves 0.95s for the failover.
+//   - An unanswered ping at the head of the line is given up after
+//     timeout/6, 1s of 6s. That leaves 1.45s for the failover: a handshake
+//     with a healthy member takes milliseconds, and the stagger between
+//     attempts (timeout/20, see race) lets four silent members be tried
+//     before the one that answers. A healthy member answers a ping within
+//     a round trip to the leader (a follower answers only once the leader
+//     has acknowledged the session's liveness), orders of magnitude below;
+//     pings every PingInterval never come near it, since the clock runs
+//     from each ping's own send time.
+//   - A request at the head of the line may take longer: a write or sync
+//     waits for a quorum round with disk syncs, which load can stretch, a
+//     read for the session's earlier writes to be applied on the member,
+//     and a ping behind it waits too (replies come in request order). It
+//     is given up after timeout/4, 1.5s of 6s, which still leaves 0.95s
+//     for the failover.
 //
 // The clock of the oldest packet restarts whenever any bytes arrive: a
 // member that is sending is not silent. Neither allowance goes below
-// minStall, so that short timeouts (in tests, or with a kill grace of 0)
-// do not turn scheduling hiccups into reconnects.
-const minStall = 250 * time.Millisecond
+// minStall, so that short timeouts do not turn hiccups of a loaded
+// machine into reconnects. It stays under a sixth of the shortest
+// timeout the supervisor accepts with its default kill grace (4.7s), so it
+// changes nothing there.
+const minStall = 750 * time.Millisecond
 
 // stallAllowance is how long the oldest unanswered packet, of type op, may
 // wait without a byte from the server.
 func (cn *conn) stallAllowance(op int32) time.Duration {
-	d := cn.timeout / 6
-	if slowReply(op) {
-		d = cn.timeout / 4
+	d := cn.timeout / 4
+	if op == wire.OpPing || op == wire.OpAuth {
+		// Answered at once by a member that has the leader's ear.
+		d = cn.timeout / 6
 	}
 	return max(d, minStall)
-}
-
-// slowReply: ops whose reply waits for a quorum round (writes, sync,
-// session changes), and anything this client does not know to be local.
-func slowReply(op int32) bool {
-	switch op {
-	case wire.OpPing, wire.OpAuth, wire.OpSetWatches, wire.OpSetWatches2,
-		wire.OpGetData, wire.OpExists, wire.OpGetChildren, wire.OpGetChildren2,
-		wire.OpGetACL, wire.OpGetAllChildrenNumber, wire.OpGetEphemerals,
-		wire.OpWhoAmI, wire.OpMultiRead:
-		return false
-	}
-	return true
 }
 
 // errStalled: the member left the oldest packet unanswered too long.
@@ -307,8 +299,13 @@ func (cn *conn) writeLoop() {
 	t := time.NewTicker(cn.pingInterval())
 	defer t.Stop()
 	// Priming first, then the requests queued while no connection was up.
-	for _, r := range cn.primed {
+	for i, r := range cn.primed {
 		if err := cn.write(r); err != nil {
+			// The ones written are outstanding and fail with the
+			// connection; the rest never went out.
+			for _, r := range cn.primed[i+1:] {
+				r.finish(ErrConnectionLoss)
+			}
 			cn.kill(err)
 			return
 		}

@@ -115,7 +115,9 @@ func (c *Client) race(ctx context.Context, servers []string, key sessionKey) (*c
 				r.cn.discard()
 			default:
 				errs = append(errs, r.err)
-				c.log.Debug("connect attempt failed", "server", servers[r.pos], "err", r.err)
+				if win == nil && !expired {
+					c.log.Debug("connect attempt failed", "server", servers[r.pos], "err", r.err)
+				}
 				if errors.Is(r.err, ErrSessionExpired) {
 					expired = true
 					cancel()

@@ -41,11 +41,11 @@
 //
 // A member cut off by the network often sends nothing at all, not even a
 // reset, so the client judges a connection by its answers: when the
-// oldest unanswered packet has waited a sixth of the negotiated timeout
-// (a quarter for a write or sync, whose reply waits for a quorum round)
-// with no byte arriving meanwhile, the member is given up; in no case
-// less than 250ms. A connection that delivers nothing for two thirds of
-// the timeout is given up too. Pings go out every Config.PingInterval
+// oldest unanswered packet, if a ping, has waited a sixth of the
+// negotiated timeout, and if a request (which may wait for a quorum
+// round), a quarter, with no byte arriving meanwhile, the member is given
+// up; in no case before 750ms. A connection that delivers nothing for two
+// thirds of the timeout is given up too. Pings go out every Config.PingInterval
 // whatever else is outstanding, so an idle connection is judged as soon
 // as a ping of its goes unanswered.
 //
