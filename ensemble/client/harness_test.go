@@ -233,7 +233,8 @@ func must(t testing.TB, err error) {
 }
 
 // proxy is a TCP relay between clients and one server that a test can
-// cut, hold or refuse, and that timestamps every client frame it forwards.
+// cut, hold, slow down, silence or refuse, and that timestamps every
+// client frame it forwards.
 type proxy struct {
 	t      testing.TB
 	ln     net.Listener
@@ -243,13 +244,17 @@ type proxy struct {
 	conns   []net.Conn
 	refuse  bool
 	hold    chan struct{} // non-nil: server-to-client bytes wait until closed
+	silent  chan struct{} // non-nil: nothing goes through, either way, until closed
+	trap    bool          // silence falls when the next client frame comes
+	delay   time.Duration // added to every server-to-client chunk
 	frames  []time.Time   // when each client frame was forwarded
 	wg      sync.WaitGroup
 	stopped bool
+	done    chan struct{}
 }
 
 func newProxy(t testing.TB, target string) *proxy {
-	p := &proxy{t: t, ln: listen(t), target: target}
+	p := &proxy{t: t, ln: listen(t), target: target, done: make(chan struct{})}
 	p.wg.Add(1)
 	go p.accept()
 	t.Cleanup(p.close)
@@ -286,15 +291,35 @@ func (p *proxy) accept() {
 	}
 }
 
+// quiet waits while the proxy is silent.
+func (p *proxy) quiet() {
+	p.mu.Lock()
+	ch := p.silent
+	p.mu.Unlock()
+	if ch != nil {
+		<-ch
+	}
+}
+
 func (p *proxy) clientToServer(c, s net.Conn) {
 	defer p.wg.Done()
-	defer s.Close()
+	// Not even a close goes through a silence.
+	defer func() { p.quiet(); s.Close() }()
 	var buf []byte
 	for {
 		frame, err := wire.ReadFrame(c, buf, 64<<20)
 		if err != nil {
 			return
 		}
+		p.mu.Lock()
+		if p.trap {
+			p.trap = false
+			if p.silent == nil {
+				p.silent = make(chan struct{})
+			}
+		}
+		p.mu.Unlock()
+		p.quiet()
 		p.mu.Lock()
 		p.frames = append(p.frames, time.Now())
 		p.mu.Unlock()
@@ -305,25 +330,55 @@ func (p *proxy) clientToServer(c, s net.Conn) {
 	}
 }
 
+type chunk struct {
+	b  []byte
+	at time.Time // when it came from the server
+}
+
 func (p *proxy) serverToClient(s, c net.Conn) {
 	defer p.wg.Done()
-	defer c.Close()
-	buf := make([]byte, 32<<10)
-	for {
-		n, err := s.Read(buf)
-		if n > 0 {
-			p.mu.Lock()
-			hold := p.hold
-			p.mu.Unlock()
-			if hold != nil {
-				<-hold
+	defer func() { p.quiet(); c.Close() }()
+	// A reader takes the server's bytes as they come, so that a delay
+	// applies to each chunk from its own arrival, not one after another.
+	q := make(chan chunk, 1024)
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		defer close(q)
+		buf := make([]byte, 32<<10)
+		for {
+			n, err := s.Read(buf)
+			if n > 0 {
+				q <- chunk{b: append([]byte(nil), buf[:n]...), at: time.Now()}
 			}
-			if _, werr := c.Write(buf[:n]); werr != nil {
+			if err != nil {
 				return
 			}
 		}
-		if err != nil {
-			return
+	}()
+	broken := false
+	for ch := range q {
+		if broken {
+			continue // drain, so that the reader ends
+		}
+		p.mu.Lock()
+		hold, delay := p.hold, p.delay
+		p.mu.Unlock()
+		if d := time.Until(ch.at.Add(delay)); d > 0 {
+			t := time.NewTimer(d)
+			select {
+			case <-t.C:
+			case <-p.done:
+			}
+			t.Stop()
+		}
+		if hold != nil {
+			<-hold
+		}
+		p.quiet()
+		if _, err := c.Write(ch.b); err != nil {
+			broken = true
+			s.Close()
 		}
 	}
 }
@@ -342,6 +397,55 @@ func (p *proxy) cut() {
 	if hold != nil {
 		close(hold)
 	}
+}
+
+// silence makes the member behind the proxy fall silent as it does behind
+// a firewall that drops its packets: connections stay open, new ones are
+// accepted, and not a byte nor a close goes through, either way, until
+// speak.
+func (p *proxy) silence() {
+	p.mu.Lock()
+	if p.silent == nil {
+		p.silent = make(chan struct{})
+	}
+	p.mu.Unlock()
+}
+
+// silenceOnNextFrame makes the silence fall as the next client frame
+// arrives, before it goes on.
+func (p *proxy) silenceOnNextFrame() {
+	p.mu.Lock()
+	p.trap = true
+	p.mu.Unlock()
+}
+
+func (p *proxy) isSilent() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.silent != nil
+}
+
+// speak ends a silence. The connections that lived through it are closed
+// and what they held is dropped, as TCP resets a connection whose other
+// end has given up on it meanwhile; new connections work.
+func (p *proxy) speak() {
+	p.mu.Lock()
+	conns, ch := p.conns, p.silent
+	p.conns, p.silent = nil, nil
+	p.mu.Unlock()
+	for _, c := range conns {
+		c.Close()
+	}
+	if ch != nil {
+		close(ch)
+	}
+}
+
+// setDelay makes every later server-to-client chunk wait d after it came.
+func (p *proxy) setDelay(d time.Duration) {
+	p.mu.Lock()
+	p.delay = d
+	p.mu.Unlock()
 }
 
 func (p *proxy) setRefuse(v bool) {
@@ -375,7 +479,9 @@ func (p *proxy) close() {
 	p.stopped = true
 	p.mu.Unlock()
 	p.ln.Close()
+	p.speak()
 	p.cut()
+	close(p.done)
 	p.wg.Wait()
 }
 
