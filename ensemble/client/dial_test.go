@@ -155,6 +155,41 @@ func TestStallWriteAllowance(t *testing.T) {
 	}
 }
 
+// An attempt to resume the session may take what is left of the lease,
+// and a third of the timeout once little or nothing is left.
+func TestAttemptWait(t *testing.T) {
+	t0 := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	var clk fakeClock
+	c := bareClient(t, 6*time.Second)
+	c.cfg.Now = clk.now
+	c.lease.prove(t0, 6*time.Second) // lease t0+6s
+	key := sessionKey{id: 1, timeout: 6 * time.Second}
+	for _, tc := range []struct {
+		now, want time.Duration
+	}{
+		{0, 6 * time.Second},
+		{time.Second, 5 * time.Second},
+		{4 * time.Second, 2 * time.Second},
+		{5 * time.Second, 2 * time.Second},
+		{time.Minute, 2 * time.Second},
+		{-time.Minute, 6 * time.Second}, // a clock behind the lease's: no more than a timeout
+	} {
+		clk.set(t0.Add(tc.now))
+		if got := c.attemptWait(key); got != tc.want {
+			t.Errorf("at t0%+v: %v, want %v", tc.now, got, tc.want)
+		}
+	}
+	// A new session has no lease: the old bound, two thirds of the
+	// requested timeout and at least a dial timeout.
+	if got := c.attemptWait(sessionKey{}); got != 4*time.Second {
+		t.Errorf("new session: %v", got)
+	}
+	c.cfg.SessionTimeout = time.Second
+	if got := c.attemptWait(sessionKey{}); got != c.cfg.DialTimeout {
+		t.Errorf("new short session: %v", got)
+	}
+}
+
 // bareClient is just enough of a Client to race handshakes with.
 func bareClient(t *testing.T, timeout time.Duration) *Client {
 	cfg, err := Config{Servers: []string{"unused:1"}, SessionTimeout: timeout, Logger: testLogger(t, "client")}.withDefaults()

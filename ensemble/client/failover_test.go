@@ -162,6 +162,11 @@ func failover(t *testing.T, c *Client, events <-chan StateEvent, log *leaseLog, 
 	if limit := budgetPing + budgetTimeout/6 + slack; r.gaveUp > limit {
 		t.Errorf("gave up the silent member after %v, want within %v", r.gaveUp, limit)
 	}
+	// The other silent members each cost the stagger, the answering one a
+	// handshake.
+	if limit := time.Duration(len(silent)-1)*budgetTimeout/20 + slack; r.proven-r.gaveUp > limit {
+		t.Errorf("new proof %v after giving up, want within %v", r.proven-r.gaveUp, limit)
+	}
 	return r
 }
 
@@ -276,12 +281,14 @@ func TestHealthyConnectionKept(t *testing.T) {
 			stop := make(chan struct{})
 			loadDone := make(chan error, 1)
 			go func() {
+				pace := time.NewTicker(10 * time.Millisecond)
+				defer pace.Stop()
 				for i := 0; ; i++ {
 					select {
 					case <-stop:
 						loadDone <- nil
 						return
-					default:
+					case <-pace.C:
 					}
 					if _, err := c.Set(ctx, root, []byte(fmt.Sprint(i)), -1); err != nil {
 						loadDone <- err
@@ -293,15 +300,16 @@ func TestHealthyConnectionKept(t *testing.T) {
 					}
 				}
 			}()
-			// Six ping intervals.
-			deadline := start.Add(6 * timeout / 5)
+			// Until a packet sent six ping intervals on is answered.
+			later := start.Add(6 * timeout / 5)
 			waitFor(t, 30*time.Second, "six ping intervals", func() bool {
 				select {
 				case ev := <-events:
 					t.Fatalf("state changed: %+v", ev)
 				default:
 				}
-				return time.Now().After(deadline)
+				_, ok := log.firstSentAfter(later)
+				return ok
 			})
 			close(stop)
 			if err := <-loadDone; err != nil {
