@@ -7,6 +7,7 @@ import (
 	"encoding/base64"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"slices"
@@ -147,6 +148,23 @@ func (m *Member) handshake(nc net.Conn, req *wire.ConnectRequest) (*conn, []byte
 	m.fsm.mu.RLock()
 	s, found := m.fsm.tree.Session(resp.SessionID)
 	m.fsm.mu.RUnlock()
+	if !found && req.SessionID != 0 {
+		// "Expired" is final for the client, so say it only of a session
+		// the ensemble has ended: a member behind the leader may not have
+		// applied a new session's creation yet (a client that lost its
+		// first connection before any reply knows no zxid to send).
+		idx, err := m.readIndex(ctx)
+		if err == nil {
+			err = m.fsm.waitApplied(ctx, idx)
+		}
+		if err != nil {
+			m.log.Info("unknown session and no leader to ask; refusing", "remote", remote, "session", fmt.Sprintf("0x%x", req.SessionID))
+			return nil, nil, false
+		}
+		m.fsm.mu.RLock()
+		s, found = m.fsm.tree.Session(resp.SessionID)
+		m.fsm.mu.RUnlock()
+	}
 	if !found || (req.SessionID != 0 && !equalBytes(s.Password, req.Passwd)) {
 		return nil, expiredReply(req), false
 	}
