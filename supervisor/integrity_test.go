@@ -258,6 +258,27 @@ func TestE2EACL(t *testing.T) {
 				t.Errorf("refusal does not name %q:\n%s", want, out)
 			}
 		}
+		// A folder someone set up with another ACL is used as it is, and
+		// said so.
+		pre := path.Join("/coordrun/locks", r.lock+"-pre")
+		preACL := append(zk.DigestACL(zk.PermAll, "ops", "s3cret"), zk.ACL{Perms: zk.PermRead | zk.PermCreate, Scheme: "world", ID: "anyone"})
+		admin := foreign(t, b)
+		if err := admin.AddAuth("digest", []byte("ops:s3cret")); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := admin.Create(pre, nil, 0, preACL); err != nil {
+			t.Fatal(err)
+		}
+		p := r.startProc("P", nil, e2eBin, append(append(r.runFlags(b.serverArg()), "--name", r.lock+"-pre"), append(auth, "--", "true")...)...)
+		if code := p.exit(t, 15*time.Second); code != 0 {
+			t.Errorf("supervisor on a provisioned folder exited %d:\n%s", code, p.out.String())
+		}
+		if !strings.Contains(p.out.String(), "another ACL than configured") {
+			t.Errorf("supervisor did not report the folder's other ACL:\n%s", p.out.String())
+		}
+		if got, _, err := conn.GetACL(pre); err != nil || len(got) != 2 || got[1].Perms != zk.PermRead|zk.PermCreate {
+			t.Errorf("provisioned folder's ACL now %+v (%v), want it unchanged", got, err)
+		}
 		r.touch("go")
 		for _, p := range []*proc{a, bb} {
 			if code := p.exit(t, 10*time.Second); code != 0 {
