@@ -112,6 +112,11 @@ func TestRunX509Identity(t *testing.T) {
 		"delete the holder's queue node": eve.Delete(ctx, st.Holder.Node, -1),
 		"delete the run node":            eve.Delete(ctx, path.Join(dir, "run"), -1),
 		"set the folder's data":          func() error { _, err := eve.Set(ctx, dir, nil, -1); return err }(),
+		"set the holder's node's data":   func() error { _, err := eve.Set(ctx, st.Holder.Node, nil, -1); return err }(),
+		"create a node in the folder": func() error {
+			_, err := eve.Create(ctx, path.Join(dir, "lock-x-"), nil, wire.FlagEphemeralSequential, client.OpenACL)
+			return err
+		}(),
 	} {
 		if !errors.Is(err, wire.ErrNoAuth) {
 			t.Errorf("eve could %s: %v, want NOAUTH", what, err)
