@@ -577,14 +577,29 @@ func sessionEnding(c *client.Client) error {
 // sent: the caller must stop acting as leader before anyone else can
 // start. If the delete cannot be confirmed before ctx ends, the node stays
 // until the session ends, and observers see this candidate lead until
-// then; closing the client removes it.
+// then; closing the client removes it. With the session over, there is
+// nothing to delete: the node went with it.
 func (t *Term) Resign(ctx context.Context) error {
 	t.end(ErrResigned)
 	t.stopOnce.Do(func() { close(t.stop) })
-	if err := deleteConfirmed(ctx, t.e.c, t.node); err != nil {
+	if err := deleteConfirmed(ctx, t.e.c, t.node); err != nil && !sessionOver(t.e.c, err) {
 		return fmt.Errorf("resign %s: %w", t.node, err)
 	}
 	return nil
+}
+
+// sessionOver reports whether err, or the client's state, says the session
+// is over or being closed: its ephemeral nodes are gone or going with it.
+func sessionOver(c *client.Client, err error) bool {
+	if errors.Is(err, client.ErrClosed) || errors.Is(err, client.ErrSessionExpired) {
+		return true
+	}
+	select {
+	case <-c.Done():
+		return true
+	default:
+		return false
+	}
 }
 
 // createPersistentPath creates every missing persistent component of p.

@@ -15,6 +15,7 @@ import (
 	"path"
 	"sort"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -22,6 +23,7 @@ import (
 	"github.com/coordrun/coordrun/ensemble"
 	"github.com/coordrun/coordrun/ensemble/client"
 	"github.com/coordrun/coordrun/ensemble/client/recipe"
+	"github.com/coordrun/coordrun/ensemble/wire"
 	"github.com/coordrun/coordrun/ensemble/zkserver"
 )
 
@@ -34,6 +36,7 @@ func TestElection(t *testing.T) {
 		t.Run("waiter rejoins after a delete", func(t *testing.T) { electionWaiterRejoins(t, b) })
 		t.Run("observe follows the leader", func(t *testing.T) { electionObserve(t, b) })
 		t.Run("each waiter watches its predecessor only", func(t *testing.T) { electionWatches(t, b) })
+		t.Run("lost create reply leaves no ghost", func(t *testing.T) { electionLostReply(t, b) })
 	})
 }
 
@@ -151,6 +154,9 @@ func electionHandover(t *testing.T, b recipeBackend) {
 	<-tb.Done()
 	if !errors.Is(tb.Err(), client.ErrClosed) {
 		t.Fatalf("b's term ended with %v, want ErrClosed", tb.Err())
+	}
+	if err := tb.Resign(ctx); err != nil {
+		t.Fatalf("Resign with the session over: %v (the node went with it)", err)
 	}
 	tc := awaitTerm(t, rc, "c")
 	if tc.Token() <= tb.Token() {
@@ -348,6 +354,157 @@ func electionWatches(t *testing.T, b recipeBackend) {
 	awaitTerm(t, results[1], "the second waiter")
 }
 
+func electionLostReply(t *testing.T, b recipeBackend) {
+	dir := b.folder(t, "e")
+	px := newCutProxy(t, b.servers[0])
+	c := b.connectTo(t, px.addr())
+	// The folder exists, so that the create whose reply is cut makes a node.
+	var folders []string
+	for p := dir; p != "/"; p = path.Dir(p) {
+		folders = append([]string{p}, folders...)
+	}
+	for _, p := range folders {
+		if _, err := c.Create(recipeCtx(t, 10*time.Second), p, nil, 0, client.OpenACL); err != nil && !errors.Is(err, wire.ErrNodeExists) {
+			t.Fatal(err)
+		}
+	}
+	px.cutReplyTo(wire.OpCreate2)
+	term, err := recipe.NewElection(c, dir, nil).Campaign(recipeCtx(t, 20*time.Second), []byte("me"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if px.cutCount() != 1 {
+		t.Fatalf("%d replies cut, want the create's", px.cutCount())
+	}
+	// The candidate found the node its lost create made, rather than
+	// creating a second one that would lead for nobody.
+	if kids := candidates(t, c, dir); len(kids) != 1 || path.Join(dir, kids[0]) != term.Node() {
+		t.Fatalf("candidates %v, want only %s", kids, term.Node())
+	}
+	if err := term.Resign(recipeCtx(t, 10*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// cutProxy relays a client's connections to one server; when armed, it
+// breaks the connection instead of relaying the reply to the next request
+// of one opcode, so the request is applied and its outcome lost.
+type cutProxy struct {
+	ln     net.Listener
+	target string
+	wg     sync.WaitGroup
+
+	mu     sync.Mutex
+	armOp  int32 // 0: not armed
+	cutXid int32 // the request whose reply is cut; 0: none
+	cuts   int
+	conns  []net.Conn
+}
+
+func newCutProxy(t *testing.T, target string) *cutProxy {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &cutProxy{ln: ln, target: target}
+	p.wg.Add(1)
+	go p.accept()
+	t.Cleanup(func() {
+		ln.Close()
+		p.mu.Lock()
+		for _, c := range p.conns {
+			c.Close()
+		}
+		p.mu.Unlock()
+		p.wg.Wait()
+	})
+	return p
+}
+
+func (p *cutProxy) addr() string { return p.ln.Addr().String() }
+
+func (p *cutProxy) cutReplyTo(op int32) {
+	p.mu.Lock()
+	p.armOp = op
+	p.mu.Unlock()
+}
+
+func (p *cutProxy) cutCount() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.cuts
+}
+
+func (p *cutProxy) accept() {
+	defer p.wg.Done()
+	for {
+		c, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		s, err := net.Dial("tcp", p.target)
+		if err != nil {
+			c.Close()
+			continue
+		}
+		p.mu.Lock()
+		p.conns = append(p.conns, c, s)
+		p.mu.Unlock()
+		p.wg.Add(2)
+		go p.relay(c, s, p.request)
+		go p.relay(s, c, p.reply)
+	}
+}
+
+// relay copies frames from src to dst; the first frame of each direction
+// is the handshake. inspect sees every later frame and says whether to
+// break the connection instead of passing it on.
+func (p *cutProxy) relay(src, dst net.Conn, inspect func([]byte) bool) {
+	defer p.wg.Done()
+	defer dst.Close()
+	defer src.Close()
+	for first := true; ; first = false {
+		frame, err := wire.ReadFrame(src, nil, 64<<20)
+		if err != nil {
+			return
+		}
+		if !first && inspect(frame) {
+			return
+		}
+		if _, err := dst.Write(wire.AppendFrame(nil, frame)); err != nil {
+			return
+		}
+	}
+}
+
+func (p *cutProxy) request(frame []byte) bool {
+	var h wire.RequestHeader
+	if h.Decode(wire.NewDecoder(frame)) != nil {
+		return false
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.armOp != 0 && h.Opcode == p.armOp {
+		p.armOp, p.cutXid = 0, h.Xid
+	}
+	return false
+}
+
+func (p *cutProxy) reply(frame []byte) bool {
+	var h wire.ReplyHeader
+	if h.Decode(wire.NewDecoder(frame)) != nil {
+		return false
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cutXid != 0 && h.Xid == p.cutXid {
+		p.cutXid = 0
+		p.cuts++
+		return true
+	}
+	return false
+}
+
 // --- backends shared with membership_test.go -------------------------------
 
 // recipeBackend is an ensemble the recipes run against: an in-process
@@ -369,9 +526,15 @@ func (b recipeBackend) folder(t *testing.T, sub string) string {
 
 func (b recipeBackend) connect(t *testing.T) *client.Client {
 	t.Helper()
-	c, err := client.Connect(recipeCtx(t, 20*time.Second), client.Config{Servers: b.servers, SessionTimeout: 4 * time.Second, Logger: recipeLogger("client")})
+	return b.connectTo(t, b.servers...)
+}
+
+// connectTo opens a session through the given addresses only.
+func (b recipeBackend) connectTo(t *testing.T, servers ...string) *client.Client {
+	t.Helper()
+	c, err := client.Connect(recipeCtx(t, 20*time.Second), client.Config{Servers: servers, SessionTimeout: 4 * time.Second, Logger: recipeLogger("client")})
 	if err != nil {
-		t.Fatalf("connect %v: %v", b.servers, err)
+		t.Fatalf("connect %v: %v", servers, err)
 	}
 	t.Cleanup(func() { c.Close() })
 	return c

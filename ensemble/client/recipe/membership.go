@@ -438,7 +438,7 @@ func (p *Presence) watch() {
 }
 
 // Withdraw ends the Presence and deletes the live node, unless it is
-// already gone or no longer this Presence's.
+// already gone (with the session, too) or no longer this Presence's.
 func (p *Presence) Withdraw(ctx context.Context) error {
 	p.end(ErrWithdrawn)
 	p.stopOnce.Do(func() { close(p.stop) })
@@ -447,19 +447,21 @@ func (p *Presence) Withdraw(ctx context.Context) error {
 		if errors.Is(err, client.ErrConnectionLoss) {
 			continue
 		}
+		if sessionOver(p.g.c, err) {
+			return nil // the node went with the session
+		}
 		if err != nil {
 			return fmt.Errorf("withdraw %s: %w", p.node, err)
 		}
 		if !ok || st.Czxid != p.czxid {
 			return nil
 		}
-		// Only a delete by someone else and a create by another session,
-		// both between this read and the delete, could make it hit a node
-		// not ours; the version check narrows even that to a new node
-		// that kept version 0.
+		// The node read is ours; only a delete by someone else followed by
+		// a create by another session, both between this read and the
+		// delete, could make the delete hit a node not ours.
 		err = p.g.c.Delete(ctx, p.node, st.Version)
 		switch {
-		case err == nil, errors.Is(err, wire.ErrNoNode):
+		case err == nil, errors.Is(err, wire.ErrNoNode), sessionOver(p.g.c, err):
 			return nil
 		case errors.Is(err, client.ErrConnectionLoss), errors.Is(err, wire.ErrBadVersion):
 			continue

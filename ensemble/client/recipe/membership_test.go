@@ -12,7 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coordrun/coordrun/ensemble/client"
 	"github.com/coordrun/coordrun/ensemble/client/recipe"
+	"github.com/coordrun/coordrun/ensemble/wire"
 )
 
 func TestMembership(t *testing.T) {
@@ -23,6 +25,7 @@ func TestMembership(t *testing.T) {
 		t.Run("a name is live once", func(t *testing.T) { membershipNameOnce(t, b) })
 		t.Run("evicted member stays out", func(t *testing.T) { membershipEvicted(t, b) })
 		t.Run("withdraw and forget", func(t *testing.T) { membershipWithdraw(t, b) })
+		t.Run("lost announce reply", func(t *testing.T) { membershipLostReply(t, b) })
 	})
 }
 
@@ -103,8 +106,11 @@ func membershipSessionEnd(t *testing.T, b recipeBackend) {
 	}
 	member.Close()
 	<-p.Done()
-	if err := p.Err(); err == nil || errors.Is(err, recipe.ErrEvicted) {
+	if err := p.Err(); !errors.Is(err, client.ErrClosed) {
 		t.Fatalf("presence ended with %v, want the session's end", err)
+	}
+	if err := p.Withdraw(ctx); err != nil {
+		t.Fatalf("Withdraw with the session over: %v (the node went with it)", err)
 	}
 	// The observer's member may apply the session's end a moment later.
 	og := recipe.NewGroup(observer, dir, nil)
@@ -292,5 +298,34 @@ func membershipWithdraw(t *testing.T, b recipeBackend) {
 	}
 	if got := names(roster(t, g)); got != "all= live=" {
 		t.Fatalf("after Forget: %s", got)
+	}
+}
+
+func membershipLostReply(t *testing.T, b recipeBackend) {
+	dir := b.folder(t, "g")
+	ctx := recipeCtx(t, 20*time.Second)
+	// Another member makes the live folder, so that the create whose reply
+	// is cut makes a node.
+	if _, err := recipe.NewGroup(b.connect(t), dir, nil).Announce(ctx, "other", nil); err != nil {
+		t.Fatal(err)
+	}
+	px := newCutProxy(t, b.servers[0])
+	c := b.connectTo(t, px.addr())
+	px.cutReplyTo(wire.OpCreate2)
+	p, err := recipe.NewGroup(c, dir, nil).Announce(ctx, "m", []byte("mine"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if px.cutCount() != 1 {
+		t.Fatalf("%d replies cut, want the create's", px.cutCount())
+	}
+	// The node the lost create made is recognised as this session's.
+	select {
+	case <-p.Done():
+		t.Fatalf("presence ended: %v", p.Err())
+	default:
+	}
+	if d, ok := roster(t, recipe.NewGroup(c, dir, nil)).LiveData("m"); !ok || string(d) != "mine" {
+		t.Fatalf("live data %q %v", d, ok)
 	}
 }
