@@ -81,7 +81,7 @@ type Leader struct {
 // Campaign enters the election with value and blocks until this candidate
 // leads, ctx ends, or the session is lost. On success the returned Term
 // says how long the leadership lasts; on any error the candidate node is
-// deleted (when ctx ended) or gone with the session.
+// deleted, or gone with the session.
 //
 // A waiting candidate whose node is deleted by another client while the
 // session lives joins again at the end of the queue, with a new node: a

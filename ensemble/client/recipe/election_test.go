@@ -87,7 +87,7 @@ type campaignResult struct {
 	err  error
 }
 
-func campaign(ctx context.Context, e *recipe.Election, value string) <-chan campaignResult {
+func campaignAsync(ctx context.Context, e *recipe.Election, value string) <-chan campaignResult {
 	ch := make(chan campaignResult, 1)
 	go func() {
 		term, err := e.Campaign(ctx, []byte(value))
@@ -120,7 +120,7 @@ func notLeading(t *testing.T, ch <-chan campaignResult, who string) {
 }
 
 // candidates lists the election folder.
-func candidates(t *testing.T, c *client.Client, dir string) []string {
+func listCandidates(t *testing.T, c *client.Client, dir string) []string {
 	t.Helper()
 	kids, _, err := c.Children(recipeCtx(t, 10*time.Second), dir)
 	if err != nil {
@@ -133,11 +133,11 @@ func electionHandover(t *testing.T, b recipeBackend) {
 	dir := b.folder(t, "e")
 	ca, cb, cc := b.connect(t), b.connect(t), b.connect(t)
 	ctx := recipeCtx(t, 30*time.Second)
-	ta := awaitTerm(t, campaign(ctx, recipe.NewElection(ca, dir, nil), "a"), "a")
-	rb := campaign(ctx, recipe.NewElection(cb, dir, nil), "b")
-	recipeWaitFor(t, 10*time.Second, "b's candidate node", func() bool { return len(candidates(t, ca, dir)) == 2 })
-	rc := campaign(ctx, recipe.NewElection(cc, dir, nil), "c")
-	recipeWaitFor(t, 10*time.Second, "c's candidate node", func() bool { return len(candidates(t, ca, dir)) == 3 })
+	ta := awaitTerm(t, campaignAsync(ctx, recipe.NewElection(ca, dir, nil), "a"), "a")
+	rb := campaignAsync(ctx, recipe.NewElection(cb, dir, nil), "b")
+	recipeWaitFor(t, 10*time.Second, "b's candidate node", func() bool { return len(listCandidates(t, ca, dir)) == 2 })
+	rc := campaignAsync(ctx, recipe.NewElection(cc, dir, nil), "c")
+	recipeWaitFor(t, 10*time.Second, "c's candidate node", func() bool { return len(listCandidates(t, ca, dir)) == 3 })
 	notLeading(t, rb, "b")
 	notLeading(t, rc, "c")
 
@@ -171,10 +171,10 @@ func electionHandover(t *testing.T, b recipeBackend) {
 func electionCancel(t *testing.T, b recipeBackend) {
 	dir := b.folder(t, "e")
 	ca, cb := b.connect(t), b.connect(t)
-	ta := awaitTerm(t, campaign(recipeCtx(t, 30*time.Second), recipe.NewElection(ca, dir, nil), "a"), "a")
+	ta := awaitTerm(t, campaignAsync(recipeCtx(t, 30*time.Second), recipe.NewElection(ca, dir, nil), "a"), "a")
 	ctx, cancel := context.WithCancel(context.Background())
-	rb := campaign(ctx, recipe.NewElection(cb, dir, nil), "b")
-	recipeWaitFor(t, 10*time.Second, "b's candidate node", func() bool { return len(candidates(t, ca, dir)) == 2 })
+	rb := campaignAsync(ctx, recipe.NewElection(cb, dir, nil), "b")
+	recipeWaitFor(t, 10*time.Second, "b's candidate node", func() bool { return len(listCandidates(t, ca, dir)) == 2 })
 	cancel()
 	r := <-rb
 	if !errors.Is(r.err, context.Canceled) {
@@ -182,7 +182,7 @@ func electionCancel(t *testing.T, b recipeBackend) {
 	}
 	// b's member deleted the node; a's may apply that a moment later.
 	recipeWaitFor(t, 10*time.Second, "b's node to go", func() bool {
-		kids := candidates(t, ca, dir)
+		kids := listCandidates(t, ca, dir)
 		return len(kids) == 1 && path.Join(dir, kids[0]) == ta.Node()
 	})
 }
@@ -191,9 +191,9 @@ func electionDeposed(t *testing.T, b recipeBackend) {
 	dir := b.folder(t, "e")
 	ca, cb, admin := b.connect(t), b.connect(t), b.connect(t)
 	ctx := recipeCtx(t, 30*time.Second)
-	ta := awaitTerm(t, campaign(ctx, recipe.NewElection(ca, dir, nil), "a"), "a")
-	rb := campaign(ctx, recipe.NewElection(cb, dir, nil), "b")
-	recipeWaitFor(t, 10*time.Second, "b's candidate node", func() bool { return len(candidates(t, ca, dir)) == 2 })
+	ta := awaitTerm(t, campaignAsync(ctx, recipe.NewElection(ca, dir, nil), "a"), "a")
+	rb := campaignAsync(ctx, recipe.NewElection(cb, dir, nil), "b")
+	recipeWaitFor(t, 10*time.Second, "b's candidate node", func() bool { return len(listCandidates(t, ca, dir)) == 2 })
 
 	if err := admin.Delete(ctx, ta.Node(), -1); err != nil {
 		t.Fatal(err)
@@ -208,7 +208,7 @@ func electionDeposed(t *testing.T, b recipeBackend) {
 	}
 	awaitTerm(t, rb, "b")
 	// A deposed leader resigns rather than queueing again.
-	if kids := candidates(t, cb, dir); len(kids) != 1 {
+	if kids := listCandidates(t, cb, dir); len(kids) != 1 {
 		t.Fatalf("candidates after the deposition: %v, want b's only", kids)
 	}
 }
@@ -217,13 +217,13 @@ func electionWaiterRejoins(t *testing.T, b recipeBackend) {
 	dir := b.folder(t, "e")
 	ca, cb, cc, admin := b.connect(t), b.connect(t), b.connect(t), b.connect(t)
 	ctx := recipeCtx(t, 30*time.Second)
-	ta := awaitTerm(t, campaign(ctx, recipe.NewElection(ca, dir, nil), "a"), "a")
-	rb := campaign(ctx, recipe.NewElection(cb, dir, nil), "b")
-	recipeWaitFor(t, 10*time.Second, "b's candidate node", func() bool { return len(candidates(t, ca, dir)) == 2 })
-	rc := campaign(ctx, recipe.NewElection(cc, dir, nil), "c")
-	recipeWaitFor(t, 10*time.Second, "c's candidate node", func() bool { return len(candidates(t, ca, dir)) == 3 })
+	ta := awaitTerm(t, campaignAsync(ctx, recipe.NewElection(ca, dir, nil), "a"), "a")
+	rb := campaignAsync(ctx, recipe.NewElection(cb, dir, nil), "b")
+	recipeWaitFor(t, 10*time.Second, "b's candidate node", func() bool { return len(listCandidates(t, ca, dir)) == 2 })
+	rc := campaignAsync(ctx, recipe.NewElection(cc, dir, nil), "c")
+	recipeWaitFor(t, 10*time.Second, "c's candidate node", func() bool { return len(listCandidates(t, ca, dir)) == 3 })
 	var bNode string
-	for _, k := range candidates(t, ca, dir) {
+	for _, k := range listCandidates(t, ca, dir) {
 		data, _, err := admin.Get(ctx, path.Join(dir, k))
 		if err != nil {
 			t.Fatal(err)
@@ -238,8 +238,8 @@ func electionWaiterRejoins(t *testing.T, b recipeBackend) {
 	// b notices its own node's deletion (not its predecessor's) and joins
 	// again, now behind c.
 	recipeWaitFor(t, 10*time.Second, "b's new candidate node", func() bool {
-		kids := candidates(t, ca, dir)
-		return len(kids) == 3 && !contains(kids, path.Base(bNode))
+		kids := listCandidates(t, ca, dir)
+		return len(kids) == 3 && !hasName(kids, path.Base(bNode))
 	})
 	notLeading(t, rb, "b")
 	if err := ta.Resign(ctx); err != nil {
@@ -253,7 +253,7 @@ func electionWaiterRejoins(t *testing.T, b recipeBackend) {
 	awaitTerm(t, rb, "b")
 }
 
-func contains(xs []string, x string) bool {
+func hasName(xs []string, x string) bool {
 	for _, y := range xs {
 		if y == x {
 			return true
@@ -285,10 +285,10 @@ func electionObserve(t *testing.T, b recipeBackend) {
 		return recipe.Leader{}
 	}
 	next("") // no leader yet; the folder does not even exist
-	ta := awaitTerm(t, campaign(ctx, recipe.NewElection(ca, dir, nil), "a"), "a")
+	ta := awaitTerm(t, campaignAsync(ctx, recipe.NewElection(ca, dir, nil), "a"), "a")
 	la := next("a")
-	rb := campaign(ctx, recipe.NewElection(cb, dir, nil), "b")
-	recipeWaitFor(t, 10*time.Second, "b's candidate node", func() bool { return len(candidates(t, ca, dir)) == 2 })
+	rb := campaignAsync(ctx, recipe.NewElection(cb, dir, nil), "b")
+	recipeWaitFor(t, 10*time.Second, "b's candidate node", func() bool { return len(listCandidates(t, ca, dir)) == 2 })
 	if err := ta.Resign(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -316,19 +316,19 @@ func electionWatches(t *testing.T, b recipeBackend) {
 	dir := b.folder(t, "e")
 	ctx := recipeCtx(t, 60*time.Second)
 	clients := []*client.Client{b.connect(t)}
-	ta := awaitTerm(t, campaign(ctx, recipe.NewElection(clients[0], dir, nil), "0"), "the leader")
+	ta := awaitTerm(t, campaignAsync(ctx, recipe.NewElection(clients[0], dir, nil), "0"), "the leader")
 	const waiters = 4
 	var results []<-chan campaignResult
 	for i := 1; i <= waiters; i++ {
 		c := b.connect(t)
 		clients = append(clients, c)
-		results = append(results, campaign(ctx, recipe.NewElection(c, dir, nil), fmt.Sprint(i)))
-		recipeWaitFor(t, 10*time.Second, "the waiter's node", func() bool { return len(candidates(t, c, dir)) == i+1 })
+		results = append(results, campaignAsync(ctx, recipe.NewElection(c, dir, nil), fmt.Sprint(i)))
+		recipeWaitFor(t, 10*time.Second, "the waiter's node", func() bool { return len(listCandidates(t, c, dir)) == i+1 })
 	}
 	// Candidate i is watched by its own session and by candidate i+1's,
 	// and nobody watches the folder: a leader's end wakes one waiter.
 	want := map[string][]int64{}
-	nodes := candidates(t, clients[0], dir)
+	nodes := listCandidates(t, clients[0], dir)
 	sort.Slice(nodes, func(i, j int) bool { return nodes[i][len(nodes[i])-10:] < nodes[j][len(nodes[j])-10:] })
 	for i, n := range nodes {
 		ids := []int64{clients[i].SessionID()}
@@ -378,7 +378,7 @@ func electionLostReply(t *testing.T, b recipeBackend) {
 	}
 	// The candidate found the node its lost create made, rather than
 	// creating a second one that would lead for nobody.
-	if kids := candidates(t, c, dir); len(kids) != 1 || path.Join(dir, kids[0]) != term.Node() {
+	if kids := listCandidates(t, c, dir); len(kids) != 1 || path.Join(dir, kids[0]) != term.Node() {
 		t.Fatalf("candidates %v, want only %s", kids, term.Node())
 	}
 	if err := term.Resign(recipeCtx(t, 10*time.Second)); err != nil {

@@ -30,7 +30,7 @@ func TestMembership(t *testing.T) {
 }
 
 // names renders a roster's folders as "all=a,b live=a".
-func names(r recipe.Roster) string {
+func rosterNames(r recipe.Roster) string {
 	var all, live []string
 	for _, m := range r.All {
 		all = append(all, m.Name)
@@ -41,7 +41,7 @@ func names(r recipe.Roster) string {
 	return fmt.Sprintf("all=%s live=%s", strings.Join(all, ","), strings.Join(live, ","))
 }
 
-func roster(t *testing.T, g *recipe.Group) recipe.Roster {
+func readRoster(t *testing.T, g *recipe.Group) recipe.Roster {
 	t.Helper()
 	r, err := g.Roster(recipeCtx(t, 10*time.Second))
 	if err != nil {
@@ -54,7 +54,7 @@ func membershipRoster(t *testing.T, b recipeBackend) {
 	c := b.connect(t)
 	g := recipe.NewGroup(c, b.folder(t, "g"), nil)
 	ctx := recipeCtx(t, 10*time.Second)
-	if got := names(roster(t, g)); got != "all= live=" {
+	if got := rosterNames(readRoster(t, g)); got != "all= live=" {
 		t.Fatalf("roster of a group never used: %s", got)
 	}
 	for _, n := range []string{"b", "a"} {
@@ -72,8 +72,8 @@ func membershipRoster(t *testing.T, b recipeBackend) {
 	if p.Node() != path.Join(g.Dir(), "live", "a") {
 		t.Fatalf("live node %s", p.Node())
 	}
-	r := roster(t, g)
-	if got := names(r); got != "all=a,b live=a" {
+	r := readRoster(t, g)
+	if got := rosterNames(r); got != "all=a,b live=a" {
 		t.Fatalf("roster %s", got)
 	}
 	if string(r.All[0].Data) != "reg a again" || string(r.Live[0].Data) != "live a" {
@@ -114,7 +114,7 @@ func membershipSessionEnd(t *testing.T, b recipeBackend) {
 	}
 	// The observer's member may apply the session's end a moment later.
 	og := recipe.NewGroup(observer, dir, nil)
-	recipeWaitFor(t, 10*time.Second, "the member to leave Live only", func() bool { return names(roster(t, og)) == "all=m live=" })
+	recipeWaitFor(t, 10*time.Second, "the member to leave Live only", func() bool { return rosterNames(readRoster(t, og)) == "all=m live=" })
 }
 
 // awaitRoster reads rosters from ch until one renders as want.
@@ -129,7 +129,7 @@ func awaitRoster(t *testing.T, ch <-chan recipe.Roster, want string) {
 			if !ok {
 				t.Fatalf("watch closed at %s, waiting for %s", last, want)
 			}
-			if last = names(r); last == want {
+			if last = rosterNames(r); last == want {
 				return
 			}
 		case <-timer.C:
@@ -220,7 +220,7 @@ func membershipNameOnce(t *testing.T, b recipeBackend) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("Announce still waiting after the holder's session ended")
 	}
-	if d, _ := roster(t, recipe.NewGroup(fresh, dir, nil)).LiveData("n"); string(d) != "fresh" {
+	if d, _ := readRoster(t, recipe.NewGroup(fresh, dir, nil)).LiveData("n"); string(d) != "fresh" {
 		t.Fatalf("live data %q, want the new incarnation's", d)
 	}
 }
@@ -246,8 +246,8 @@ func membershipEvicted(t *testing.T, b recipeBackend) {
 		t.Fatalf("presence ended with %v, want ErrEvicted", p.Err())
 	}
 	// Not announced again behind the member's back: it must catch up first.
-	if r := roster(t, g); r.IsLive("m") {
-		t.Fatalf("evicted member live again: %s", names(r))
+	if r := readRoster(t, g); r.IsLive("m") {
+		t.Fatalf("evicted member live again: %s", rosterNames(r))
 	}
 	if err := p.Withdraw(ctx); err != nil {
 		t.Fatal(err)
@@ -273,7 +273,7 @@ func membershipWithdraw(t *testing.T, b recipeBackend) {
 	if !errors.Is(p.Err(), recipe.ErrWithdrawn) {
 		t.Fatalf("presence ended with %v, want ErrWithdrawn", p.Err())
 	}
-	if got := names(roster(t, g)); got != "all=m live=" {
+	if got := rosterNames(readRoster(t, g)); got != "all=m live=" {
 		t.Fatalf("after Withdraw: %s", got)
 	}
 	// A withdrawn Presence leaves a later incarnation's node alone.
@@ -284,7 +284,7 @@ func membershipWithdraw(t *testing.T, b recipeBackend) {
 	if err := p.Withdraw(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if got := names(roster(t, g)); got != "all=m live=m" {
+	if got := rosterNames(readRoster(t, g)); got != "all=m live=m" {
 		t.Fatalf("an old Presence's Withdraw removed the new node: %s", got)
 	}
 	if err := p2.Withdraw(ctx); err != nil {
@@ -296,7 +296,7 @@ func membershipWithdraw(t *testing.T, b recipeBackend) {
 	if err := g.Forget(ctx, "m"); err != nil {
 		t.Fatalf("Forget of a forgotten member: %v", err)
 	}
-	if got := names(roster(t, g)); got != "all= live=" {
+	if got := rosterNames(readRoster(t, g)); got != "all= live=" {
 		t.Fatalf("after Forget: %s", got)
 	}
 }
@@ -325,7 +325,7 @@ func membershipLostReply(t *testing.T, b recipeBackend) {
 		t.Fatalf("presence ended: %v", p.Err())
 	default:
 	}
-	if d, ok := roster(t, recipe.NewGroup(c, dir, nil)).LiveData("m"); !ok || string(d) != "mine" {
+	if d, ok := readRoster(t, recipe.NewGroup(c, dir, nil)).LiveData("m"); !ok || string(d) != "mine" {
 		t.Fatalf("live data %q %v", d, ok)
 	}
 }
