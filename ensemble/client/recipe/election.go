@@ -171,6 +171,19 @@ func (e *Election) join(ctx context.Context, value []byte) (string, int64, error
 				return "", 0, err
 			}
 			continue
+		case ctx.Err() != nil:
+			// Given up while the create was on its way: it may still
+			// happen, and a node nobody waits on would lead one day for
+			// nobody. Find it and delete it, past ctx.
+			err = fmt.Errorf("join election %s: %w", e.dir, err)
+			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.c.SessionTimeout())
+			defer cancel()
+			if node, _, ferr := e.findCandidate(dctx, id); ferr != nil {
+				return "", 0, fmt.Errorf("%w (and a candidate node may be left: %v)", err, ferr)
+			} else if node != "" {
+				return "", 0, e.abandon(dctx, node, err)
+			}
+			return "", 0, err
 		case !errors.Is(err, client.ErrConnectionLoss):
 			return "", 0, fmt.Errorf("join election %s: %w", e.dir, err)
 		}

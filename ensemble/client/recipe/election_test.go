@@ -399,6 +399,32 @@ type cutProxy struct {
 	cutXid int32 // the request whose reply is cut; 0: none
 	cuts   int
 	conns  []net.Conn
+	// holdOp's next reply is held until release closes: the request is
+	// applied and its caller still waits for the answer.
+	holdOp  int32
+	holdXid int32
+	held    chan struct{} // closed once the reply is held
+	release chan struct{}
+	seenOp  int32         // the next request of this op closes seen
+	seen    chan struct{} // nil: nothing awaited
+}
+
+// awaitRequest is closed when the next request of op passes.
+func (p *cutProxy) awaitRequest(op int32) <-chan struct{} {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.seenOp, p.seen = op, make(chan struct{})
+	return p.seen
+}
+
+// holdReplyTo holds the reply to the next request of op until the
+// returned function is called; held is closed once it is held.
+func (p *cutProxy) holdReplyTo(op int32) (held <-chan struct{}, release func()) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.holdOp, p.held, p.release = op, make(chan struct{}), make(chan struct{})
+	rel := p.release
+	return p.held, sync.OnceFunc(func() { close(rel) })
 }
 
 func newCutProxy(t *testing.T, target string) *cutProxy {
@@ -487,6 +513,13 @@ func (p *cutProxy) request(frame []byte) bool {
 	if p.armOp != 0 && h.Opcode == p.armOp {
 		p.armOp, p.cutXid = 0, h.Xid
 	}
+	if p.holdOp != 0 && h.Opcode == p.holdOp {
+		p.holdOp, p.holdXid = 0, h.Xid
+	}
+	if p.seen != nil && h.Opcode == p.seenOp {
+		close(p.seen)
+		p.seen = nil
+	}
 	return false
 }
 
@@ -496,6 +529,14 @@ func (p *cutProxy) reply(frame []byte) bool {
 		return false
 	}
 	p.mu.Lock()
+	if p.holdXid != 0 && h.Xid == p.holdXid {
+		p.holdXid = 0
+		held, release := p.held, p.release
+		p.mu.Unlock()
+		close(held)
+		<-release
+		return false
+	}
 	defer p.mu.Unlock()
 	if p.cutXid != 0 && h.Xid == p.cutXid {
 		p.cutXid = 0

@@ -26,6 +26,7 @@ func TestMembership(t *testing.T) {
 		t.Run("evicted member stays out", func(t *testing.T) { membershipEvicted(t, b) })
 		t.Run("withdraw and forget", func(t *testing.T) { membershipWithdraw(t, b) })
 		t.Run("lost announce reply", func(t *testing.T) { membershipLostReply(t, b) })
+		t.Run("announce given up mid-create", func(t *testing.T) { membershipCancelledCreate(t, b) })
 	})
 }
 
@@ -327,5 +328,51 @@ func membershipLostReply(t *testing.T, b recipeBackend) {
 	}
 	if d, ok := readRoster(t, recipe.NewGroup(c, dir, nil)).LiveData("m"); !ok || string(d) != "mine" {
 		t.Fatalf("live data %q %v", d, ok)
+	}
+}
+
+// An Announce whose ctx ends while its create is on the way leaves no live
+// node behind: the create happens, and Announce removes it before it
+// returns, though its ctx is over.
+func membershipCancelledCreate(t *testing.T, b recipeBackend) {
+	dir := b.folder(t, "g")
+	if _, err := recipe.NewGroup(b.connect(t), dir, nil).Announce(recipeCtx(t, 20*time.Second), "other", nil); err != nil {
+		t.Fatal(err)
+	}
+	px := newCutProxy(t, b.servers[0])
+	c := b.connectTo(t, px.addr())
+	held, release := px.holdReplyTo(wire.OpCreate2)
+	defer release()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		_, err := recipe.NewGroup(c, dir, nil).Announce(ctx, "m", []byte("mine"))
+		done <- err
+	}()
+	select {
+	case <-held:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the create's reply never came")
+	}
+	// Once Announce gave up on the create it syncs to learn its outcome;
+	// that answer comes behind the held reply, so let it go then.
+	cleanup := px.awaitRequest(wire.OpSync)
+	cancel()
+	select {
+	case <-cleanup:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Announce never looked for the node its create may have made")
+	}
+	release()
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("Announce = %v, want context.Canceled", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Announce did not return after its ctx ended")
+	}
+	if readRoster(t, recipe.NewGroup(c, dir, nil)).IsLive("m") {
+		t.Fatal("the live node of an Announce given up mid-create is left behind")
 	}
 }
