@@ -1,0 +1,62 @@
+// Package ensembletest starts in-process coordrun ensembles for the
+// tests of the packages above the member (client, supervisor, the
+// command): testkit's Cluster with ensemble members.
+package ensembletest
+
+import (
+	"context"
+	"testing"
+
+	"github.com/coordrun/coordrun/ensemble"
+	"github.com/coordrun/coordrun/internal/testkit"
+)
+
+// Cluster is an in-process ensemble of coordrun members.
+type Cluster = testkit.Cluster[*ensemble.Member]
+
+// Start starts n members on loopback, each configured by the tweaks,
+// waits for a leader, and closes them when the test ends.
+func Start(t testing.TB, n int, tweak ...func(*ensemble.Config)) *Cluster {
+	t.Helper()
+	return testkit.StartCluster(t, config(n, tweak))
+}
+
+// Launch starts n members for a fixture that outlives one test: their
+// data dirs are temporary ones that Close removes. It waits until ctx
+// ends for a leader.
+func Launch(ctx context.Context, n int, tweak ...func(*ensemble.Config)) (*Cluster, error) {
+	return testkit.LaunchCluster(ctx, config(n, tweak))
+}
+
+func config(n int, tweak []func(*ensemble.Config)) testkit.ClusterConfig[*ensemble.Member] {
+	return testkit.ClusterConfig[*ensemble.Member]{
+		Members: n,
+		Start: func(s testkit.MemberSpec) (*ensemble.Member, error) {
+			cfg := MemberConfig(s)
+			for _, f := range tweak {
+				f(&cfg)
+			}
+			return ensemble.Start(cfg)
+		},
+	}
+}
+
+// MemberConfig is the configuration of the member s describes, with the
+// kit's timing.
+func MemberConfig(s testkit.MemberSpec) ensemble.Config {
+	cfg := ensemble.Config{
+		ID:                s.ID,
+		DataDir:           s.DataDir,
+		PeerListener:      s.PeerListener,
+		ClientListener:    s.ClientListener,
+		ClientAddr:        s.ClientAddr,
+		MinSessionTimeout: testkit.MinSessionTimeout,
+		HeartbeatTimeout:  testkit.HeartbeatTimeout,
+		ElectionTimeout:   testkit.ElectionTimeout,
+		Logger:            s.Logger,
+	}
+	for _, p := range s.Peers {
+		cfg.Peers = append(cfg.Peers, ensemble.Peer(p))
+	}
+	return cfg
+}
