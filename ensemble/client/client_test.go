@@ -13,12 +13,14 @@ import (
 	"time"
 
 	"github.com/coordrun/coordrun/ensemble/wire"
+	"github.com/coordrun/coordrun/internal/testkit"
+	"github.com/coordrun/coordrun/internal/testkit/ensembletest"
 )
 
 // opsSuite runs every operation against servers; shared by the coordrun
 // and the Apache ZooKeeper tests.
 func opsSuite(t *testing.T, servers []string) {
-	ctx := ctxT(t, 30*time.Second)
+	ctx := testkit.Context(t, 30*time.Second)
 	c := connect(t, servers, 4*time.Second)
 	if c.SessionID() == 0 || c.SessionTimeout() <= 0 || c.State() != StateConnected {
 		t.Fatalf("session %x timeout %v state %v", c.SessionID(), c.SessionTimeout(), c.State())
@@ -167,19 +169,19 @@ func opsSuite(t *testing.T, servers []string) {
 }
 
 func TestOpsSingle(t *testing.T) {
-	cl := startCluster(t, 1)
-	opsSuite(t, cl.servers())
+	cl := ensembletest.Start(t, 1)
+	opsSuite(t, cl.Servers())
 }
 
 func TestOpsThree(t *testing.T) {
-	cl := startCluster(t, 3)
-	opsSuite(t, cl.servers())
+	cl := ensembletest.Start(t, 3)
+	opsSuite(t, cl.Servers())
 }
 
 // watchSuite checks one-shot delivery for every kind of watch, and that a
 // notification arrives before the reply that follows it on the wire.
 func watchSuite(t *testing.T, servers []string) {
-	ctx := ctxT(t, 30*time.Second)
+	ctx := testkit.Context(t, 30*time.Second)
 	c := connect(t, servers, 4*time.Second)
 	root := fmt.Sprintf("/w-%x", c.SessionID())
 	_, err := c.Create(ctx, root, nil, 0, OpenACL)
@@ -294,14 +296,14 @@ func watchSuite(t *testing.T, servers []string) {
 }
 
 func TestWatchesOneShot(t *testing.T) {
-	cl := startCluster(t, 1)
-	watchSuite(t, cl.servers())
+	cl := ensembletest.Start(t, 1)
+	watchSuite(t, cl.Servers())
 }
 
 func TestPipelining(t *testing.T) {
-	cl := startCluster(t, 3)
-	ctx := ctxT(t, 60*time.Second)
-	c := connect(t, cl.servers(), 4*time.Second)
+	cl := ensembletest.Start(t, 3)
+	ctx := testkit.Context(t, 60*time.Second)
+	c := connect(t, cl.Servers(), 4*time.Second)
 	_, err := c.Create(ctx, "/pipe", nil, 0, OpenACL)
 	must(t, err)
 
@@ -392,18 +394,18 @@ func TestReconnectKeepsSessionAndWatches(t *testing.T) {
 // arms watches, stops that member, and checks the session and its watches
 // carry over to another member.
 func reconnectSuite(t *testing.T, onLeader bool) {
-	cl := startCluster(t, 3)
-	ctx := ctxT(t, 60*time.Second)
+	cl := ensembletest.Start(t, 3)
+	ctx := testkit.Context(t, 60*time.Second)
 	var c *Client
 	var events <-chan StateEvent
 	var first StateEvent
 	for attempt := 0; ; attempt++ {
 		// The server order is shuffled: connect until the client lands
 		// on the kind of member wanted.
-		c = connect(t, cl.servers(), 4*time.Second)
+		c = connect(t, cl.Servers(), 4*time.Second)
 		events = c.Events()
 		first = awaitState(t, events, StateConnected, time.Second)
-		if cl.members[cl.indexOf(first.Server)].IsLeader() == onLeader {
+		if cl.Member(cl.Index(first.Server)).IsLeader() == onLeader {
 			break
 		}
 		must(t, c.Close())
@@ -428,8 +430,8 @@ func reconnectSuite(t *testing.T, onLeader bool) {
 	leaseBefore := c.Lease()
 
 	// Stop the member the client is connected to.
-	victim := cl.indexOf(first.Server)
-	cl.stop(victim)
+	victim := cl.Index(first.Server)
+	cl.Stop(victim)
 	if ev := awaitState(t, events, StateSuspended, 10*time.Second); ev.Err == nil {
 		t.Errorf("suspended without a cause: %+v", ev)
 	}
@@ -445,7 +447,7 @@ func reconnectSuite(t *testing.T, onLeader bool) {
 	}
 
 	// The session and its ephemeral survived; the watches were re-armed.
-	c2 := connect(t, cl.liveServers(), 4*time.Second)
+	c2 := connect(t, cl.LiveServers(), 4*time.Second)
 	if _, ok, err := c2.Exists(ctx, eph); !ok || err != nil {
 		t.Fatalf("ephemeral gone after reconnect: %v %v", ok, err)
 	}
@@ -475,9 +477,9 @@ func reconnectSuite(t *testing.T, onLeader bool) {
 // A change made while the client was disconnected fires its watch as soon
 // as the client re-arms it (setWatches relative to the last zxid seen).
 func missedChangeSuite(t *testing.T, server string) {
-	ctx := ctxT(t, 60*time.Second)
-	px := newProxy(t, server)
-	c := connect(t, []string{px.addr()}, 4*time.Second)
+	ctx := testkit.Context(t, 60*time.Second)
+	px := testkit.StartProxy(t, server)
+	c := connect(t, []string{px.Addr()}, 4*time.Second)
 	events := c.Events()
 	awaitState(t, events, StateConnected, time.Second)
 	root := fmt.Sprintf("/missed-%x", c.SessionID())
@@ -490,8 +492,8 @@ func missedChangeSuite(t *testing.T, server string) {
 	_, _, childW, err := c.ChildrenW(ctx, root)
 	must(t, err)
 
-	px.setRefuse(true)
-	px.cut()
+	px.Refuse(true)
+	px.Cut()
 	awaitState(t, events, StateSuspended, 10*time.Second)
 	c2 := connect(t, []string{server}, 4*time.Second)
 	_, err = c2.Set(ctx, root, []byte("1"), -1)
@@ -499,7 +501,7 @@ func missedChangeSuite(t *testing.T, server string) {
 	_, err = c2.Create(ctx, root+"/new", nil, 0, OpenACL)
 	must(t, err)
 	noEvent(t, dataW)
-	px.setRefuse(false)
+	px.Refuse(false)
 	awaitState(t, events, StateConnected, 10*time.Second)
 	for _, w := range []struct {
 		ch  <-chan Event
@@ -512,15 +514,15 @@ func missedChangeSuite(t *testing.T, server string) {
 }
 
 func TestMissedChangeFiresOnReconnect(t *testing.T) {
-	cl := startCluster(t, 1)
-	missedChangeSuite(t, cl.servers()[0])
+	cl := ensembletest.Start(t, 1)
+	missedChangeSuite(t, cl.Servers()[0])
 }
 
 // expirySuite freezes a client (no pings, no reading) until the server has
 // expired its session, then thaws it: the client must learn of the expiry
 // on reconnect and end.
 func expirySuite(t *testing.T, servers []string) {
-	ctx := ctxT(t, 60*time.Second)
+	ctx := testkit.Context(t, 60*time.Second)
 	c := connect(t, servers, time.Second)
 	events := c.Events()
 	root := fmt.Sprintf("/exp-%x", c.SessionID())
@@ -589,8 +591,8 @@ func expirySuite(t *testing.T, servers []string) {
 }
 
 func TestSessionExpiry(t *testing.T) {
-	cl := startCluster(t, 1)
-	expirySuite(t, cl.servers())
+	cl := ensembletest.Start(t, 1)
+	expirySuite(t, cl.Servers())
 }
 
 // TestExpiredSessionNotResumed: once the leader has expired a session, no
@@ -605,22 +607,17 @@ func TestSessionExpiry(t *testing.T) {
 // closes it: pings keep being answered and the lease keeps growing for a
 // session that does not exist.
 func TestExpiredSessionNotResumed(t *testing.T) {
-	cl := startCluster(t, 3)
-	leader := -1
-	for i, m := range cl.members {
-		if m.IsLeader() {
-			leader = i
-		}
-	}
-	ctx := ctxT(t, 120*time.Second)
+	cl := ensembletest.Start(t, 3)
+	leader := cl.Leader()
+	ctx := testkit.Context(t, 120*time.Second)
 	for round := 0; round < 5; round++ {
 		// The observer talks to the leader, which applies the expiry
 		// first; the client may come back through any member.
-		c := connect(t, cl.servers(), time.Second)
+		c := connect(t, cl.Servers(), time.Second)
 		events := c.Events()
 		eph, err := c.Create(ctx, fmt.Sprintf("/resume-%x", c.SessionID()), nil, wire.FlagEphemeral, OpenACL)
 		must(t, err)
-		observer := connect(t, []string{cl.cfgs[leader].ClientAddr}, 4*time.Second)
+		observer := connect(t, []string{cl.ClientAddr(leader)}, 4*time.Second)
 		must(t, observer.Sync(ctx, eph))
 		_, ok, gone, err := observer.ExistsW(ctx, eph)
 		if err != nil || !ok {
@@ -653,7 +650,7 @@ func TestExpiredSessionNotResumed(t *testing.T) {
 
 // closeSuite: Close sends closeSession, so ephemerals vanish at once.
 func closeSuite(t *testing.T, server string) {
-	ctx := ctxT(t, 30*time.Second)
+	ctx := testkit.Context(t, 30*time.Second)
 	c := connect(t, []string{server}, 10*time.Second)
 	events := c.Events()
 	eph, err := c.Create(ctx, fmt.Sprintf("/close-%x", c.SessionID()), nil, wire.FlagEphemeral, OpenACL)
@@ -694,16 +691,16 @@ func closeSuite(t *testing.T, server string) {
 }
 
 func TestCloseRemovesEphemerals(t *testing.T) {
-	cl := startCluster(t, 1)
-	closeSuite(t, cl.servers()[0])
+	cl := ensembletest.Start(t, 1)
+	closeSuite(t, cl.Servers()[0])
 }
 
 // lossSuite: requests written before the connection breaks fail with
 // ErrConnectionLoss; the session continues on a new connection.
 func lossSuite(t *testing.T, server string) {
-	ctx := ctxT(t, 60*time.Second)
-	px := newProxy(t, server)
-	c := connect(t, []string{px.addr()}, 6*time.Second)
+	ctx := testkit.Context(t, 60*time.Second)
+	px := testkit.StartProxy(t, server)
+	c := connect(t, []string{px.Addr()}, 6*time.Second)
 	events := c.Events()
 	awaitState(t, events, StateConnected, time.Second)
 	sid := c.SessionID()
@@ -711,8 +708,8 @@ func lossSuite(t *testing.T, server string) {
 	_, err := c.Create(ctx, root, nil, 0, OpenACL)
 	must(t, err)
 
-	px.holdReplies()
-	before := px.frameCount()
+	px.Hold()
+	before := px.FrameCount()
 	const n = 20
 	errs := make(chan error, n)
 	for i := 0; i < n; i++ {
@@ -721,8 +718,8 @@ func lossSuite(t *testing.T, server string) {
 			errs <- err
 		}()
 	}
-	waitFor(t, 10*time.Second, "the requests to reach the server", func() bool { return px.frameCount() >= before+n })
-	px.cut()
+	testkit.WaitFor(t, 10*time.Second, "the requests to reach the server", func() bool { return px.FrameCount() >= before+n })
+	px.Cut()
 	for i := 0; i < n; i++ {
 		if err := <-errs; !errors.Is(err, ErrConnectionLoss) || !errors.Is(err, wire.ErrConnectionLoss) {
 			t.Fatalf("outstanding request: %v, want connection loss", err)
@@ -748,27 +745,27 @@ func lossSuite(t *testing.T, server string) {
 }
 
 func TestConnectionLossOutstanding(t *testing.T) {
-	cl := startCluster(t, 1)
-	lossSuite(t, cl.servers()[0])
+	cl := ensembletest.Start(t, 1)
+	lossSuite(t, cl.Servers()[0])
 }
 
 // Requests queued while no connection is up wait for the next one.
 func TestQueuedWhileSuspended(t *testing.T) {
-	cl := startCluster(t, 1)
-	ctx := ctxT(t, 30*time.Second)
-	px := newProxy(t, cl.servers()[0])
-	c := connect(t, []string{px.addr()}, 4*time.Second)
+	cl := ensembletest.Start(t, 1)
+	ctx := testkit.Context(t, 30*time.Second)
+	px := testkit.StartProxy(t, cl.Servers()[0])
+	c := connect(t, []string{px.Addr()}, 4*time.Second)
 	events := c.Events()
 	awaitState(t, events, StateConnected, time.Second)
-	px.setRefuse(true)
-	px.cut()
+	px.Refuse(true)
+	px.Cut()
 	awaitState(t, events, StateSuspended, 5*time.Second)
 	done := make(chan error, 1)
 	go func() {
 		_, err := c.Create(ctx, "/queued", nil, 0, OpenACL)
 		done <- err
 	}()
-	waitFor(t, 5*time.Second, "the request to be queued", func() bool {
+	testkit.WaitFor(t, 5*time.Second, "the request to be queued", func() bool {
 		c.out.mu.Lock()
 		defer c.out.mu.Unlock()
 		return len(c.out.q) == 1
@@ -780,7 +777,7 @@ func TestQueuedWhileSuspended(t *testing.T) {
 		_, _, err := c.Get(short, "/")
 		shortDone <- err
 	}()
-	waitFor(t, 5*time.Second, "the second request to be queued", func() bool {
+	testkit.WaitFor(t, 5*time.Second, "the second request to be queued", func() bool {
 		c.out.mu.Lock()
 		defer c.out.mu.Unlock()
 		return len(c.out.q) == 2
@@ -789,7 +786,7 @@ func TestQueuedWhileSuspended(t *testing.T) {
 	if err := <-shortDone; !errors.Is(err, context.Canceled) {
 		t.Fatalf("cancelled queued request: %v", err)
 	}
-	px.setRefuse(false)
+	px.Refuse(false)
 	if err := <-done; err != nil {
 		t.Fatalf("queued request: %v", err)
 	}
@@ -797,16 +794,16 @@ func TestQueuedWhileSuspended(t *testing.T) {
 
 // A Suspended client whose own lease passes reports it, and keeps trying.
 func TestLeasePassedWhileSuspended(t *testing.T) {
-	cl := startCluster(t, 1)
-	px := newProxy(t, cl.servers()[0])
+	cl := ensembletest.Start(t, 1)
+	px := testkit.StartProxy(t, cl.Servers()[0])
 	var offset atomic.Int64
-	c := connect(t, []string{px.addr()}, 4*time.Second, func(cfg *Config) {
+	c := connect(t, []string{px.Addr()}, 4*time.Second, func(cfg *Config) {
 		cfg.Now = func() time.Time { return time.Now().Add(time.Duration(offset.Load())) }
 	})
 	events := c.Events()
 	awaitState(t, events, StateConnected, time.Second)
-	px.setRefuse(true)
-	px.cut()
+	px.Refuse(true)
+	px.Cut()
 	awaitState(t, events, StateSuspended, 5*time.Second)
 	offset.Store(int64(time.Hour)) // the lease is long past on this clock
 	timer := time.NewTimer(10 * time.Second)
@@ -818,7 +815,7 @@ func TestLeasePassedWhileSuspended(t *testing.T) {
 				if !ev.Lease.Before(c.cfg.Now()) {
 					t.Fatalf("lease-passed event with lease %v", ev.Lease)
 				}
-				px.setRefuse(false)
+				px.Refuse(false)
 				awaitState(t, events, StateConnected, 10*time.Second)
 				return
 			}
@@ -832,7 +829,7 @@ func TestLeasePassedWhileSuspended(t *testing.T) {
 }
 
 func TestConnectNoServer(t *testing.T) {
-	ln := listen(t)
+	ln := testkit.Listen(t)
 	addr := ln.Addr().String()
 	ln.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)

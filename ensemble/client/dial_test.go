@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/coordrun/coordrun/ensemble/wire"
+	"github.com/coordrun/coordrun/internal/testkit"
 )
 
 // The stall check, on made-up send and arrival times.
@@ -91,34 +92,29 @@ func TestStallWriteAllowance(t *testing.T) {
 		if _, err := fakeHandshake(c, 0x61, int32(timeout/time.Millisecond)); err != nil {
 			return
 		}
-		for {
-			h, d, err := fakeRequest(c)
-			if err != nil {
-				return
-			}
+		fakeRequests(c, func(h wire.RequestHeader, d *wire.Decoder) bool {
 			switch h.Opcode {
-			case wire.OpPing:
-				fakeReply(c, wire.XidPing, 0, wire.OK, nil)
 			case wire.OpSetData:
 				var req wire.SetDataRequest
 				req.Decode(d)
 				if req.Path == "/stuck" {
 					// Nothing more is answered on this connection.
 					io.Copy(io.Discard, c)
-					return
+					return false
 				}
 				<-time.After(slow) // the write's commit
 				fakeReply(c, h.Xid, 2, wire.OK, &wire.StatResponse{})
 			case wire.OpCloseSession:
 				fakeReply(c, h.Xid, 3, wire.OK, nil)
-				return
+				return false
 			default:
 				fakeReply(c, h.Xid, 0, wire.ErrUnimplemented, nil)
 			}
-		}
+			return true
+		})
 	})
-	c := connect(t, []string{srv.addr()}, timeout, func(cfg *Config) { cfg.PingInterval = timeout / 5 })
-	ctx := ctxT(t, 30*time.Second)
+	c := connect(t, []string{srv.Addr()}, timeout, func(cfg *Config) { cfg.PingInterval = timeout / 5 })
+	ctx := testkit.Context(t, 30*time.Second)
 	events := c.Events()
 	awaitState(t, events, StateConnected, time.Second)
 	for i := 0; i < 2; i++ {
@@ -192,7 +188,7 @@ func TestAttemptWait(t *testing.T) {
 
 // bareClient is just enough of a Client to race handshakes with.
 func bareClient(t *testing.T, timeout time.Duration) *Client {
-	cfg, err := Config{Servers: []string{"unused:1"}, SessionTimeout: timeout, Logger: testLogger(t, "client")}.withDefaults()
+	cfg, err := Config{Servers: []string{"unused:1"}, SessionTimeout: timeout, Logger: testkit.Logger("client")}.withDefaults()
 	must(t, err)
 	return &Client{cfg: cfg, log: cfg.Logger, lease: newLeaseKeeper(nil), watches: newWatchSet()}
 }
@@ -258,7 +254,7 @@ func (p *probe) endings() []error {
 // unless the client reset them.
 func (p *probe) waitReset(t *testing.T) {
 	t.Helper()
-	waitFor(t, 5*time.Second, "the abandoned attempt to end", func() bool { return len(p.endings()) == len(p.acceptedAt()) })
+	testkit.WaitFor(t, 5*time.Second, "the abandoned attempt to end", func() bool { return len(p.endings()) == len(p.acceptedAt()) })
 	for _, err := range p.endings() {
 		if !errors.Is(err, syscall.ECONNRESET) {
 			t.Fatalf("abandoned connection ended with %v, want a reset", err)
@@ -275,7 +271,7 @@ func TestRaceStagger(t *testing.T) {
 	c := bareClient(t, 2*time.Second)
 	stagger := c.stagger(known)
 	start := time.Now()
-	cn, pos, errs := c.race(ctxT(t, 10*time.Second), []string{silent.addr(), good.addr()}, known)
+	cn, pos, errs := c.race(testkit.Context(t, 10*time.Second), []string{silent.Addr(), good.Addr()}, known)
 	if cn == nil || pos != 1 {
 		t.Fatalf("winner %d, errors %v", pos, errs)
 	}
@@ -297,7 +293,7 @@ func TestRaceStagger(t *testing.T) {
 func TestRaceFailFast(t *testing.T) {
 	refusing, good := newProbe(t, "refuse"), newProbe(t, "grant")
 	c := bareClient(t, 10*time.Second)
-	cn, pos, errs := c.race(ctxT(t, 10*time.Second), []string{refusing.addr(), good.addr()}, sessionKey{id: 0x42, passwd: make([]byte, 16), timeout: 10 * time.Second})
+	cn, pos, errs := c.race(testkit.Context(t, 10*time.Second), []string{refusing.Addr(), good.Addr()}, sessionKey{id: 0x42, passwd: make([]byte, 16), timeout: 10 * time.Second})
 	if cn == nil || pos != 1 || len(errs) != 0 {
 		t.Fatalf("winner %d, errors %v", pos, errs)
 	}
@@ -312,7 +308,7 @@ func TestRaceFailFast(t *testing.T) {
 func TestRaceExpired(t *testing.T) {
 	silent, expiring, spare := newProbe(t, "silent"), newProbe(t, "expire"), newProbe(t, "grant")
 	c := bareClient(t, 2*time.Second)
-	cn, _, errs := c.race(ctxT(t, 10*time.Second), []string{silent.addr(), expiring.addr(), spare.addr()}, known)
+	cn, _, errs := c.race(testkit.Context(t, 10*time.Second), []string{silent.Addr(), expiring.Addr(), spare.Addr()}, known)
 	if cn != nil || !slices.ContainsFunc(errs, func(err error) bool { return errors.Is(err, ErrSessionExpired) }) {
 		t.Fatalf("race after an expired answer: %v %v", cn, errs)
 	}
@@ -322,7 +318,7 @@ func TestRaceExpired(t *testing.T) {
 	}
 	// Refusals are not expiry.
 	refusing := newProbe(t, "refuse")
-	cn, _, errs = c.race(ctxT(t, 10*time.Second), []string{refusing.addr()}, known)
+	cn, _, errs = c.race(testkit.Context(t, 10*time.Second), []string{refusing.Addr()}, known)
 	if cn != nil || len(errs) != 1 || errors.Is(errs[0], ErrSessionExpired) || !errors.Is(errs[0], errRefused) {
 		t.Fatalf("race after a refusal: %v %v", cn, errs)
 	}
@@ -335,12 +331,12 @@ func TestConnectPastSilentMember(t *testing.T) {
 	const timeout = 4 * time.Second
 	for i := 0; i < 4; i++ { // the order is shuffled; both orders are likely
 		start := time.Now()
-		c, err := Connect(ctxT(t, 10*time.Second), Config{Servers: []string{silent.addr(), good.addr()}, SessionTimeout: timeout})
+		c, err := Connect(testkit.Context(t, 10*time.Second), Config{Servers: []string{silent.Addr(), good.Addr()}, SessionTimeout: timeout})
 		if err != nil {
 			t.Fatal(err)
 		}
 		took := time.Since(start)
-		if c.SessionID() != 0x42 || c.currentServer() != good.addr() {
+		if c.SessionID() != 0x42 || c.currentServer() != good.Addr() {
 			t.Fatalf("session %x on %s", c.SessionID(), c.currentServer())
 		}
 		if took > timeout/20+500*time.Millisecond {
@@ -374,7 +370,7 @@ func TestDiscard(t *testing.T) {
 		key  sessionKey
 		want int32
 	}{{sessionKey{}, wire.OpCloseSession}, {sessionKey{id: 0x71, passwd: make([]byte, 16), timeout: 3 * time.Second}, -1}} {
-		cn, err := c.dial(ctxT(t, 5*time.Second), srv.addr(), tc.key)
+		cn, err := c.dial(testkit.Context(t, 5*time.Second), srv.Addr(), tc.key)
 		must(t, err)
 		cn.discard()
 		select {
@@ -398,35 +394,30 @@ func TestSessionMovedResent(t *testing.T) {
 		if err != nil || n > 1 && req.SessionID != 0x88 {
 			return
 		}
-		for {
-			h, d, err := fakeRequest(c)
-			if err != nil {
-				return
-			}
+		fakeRequests(c, func(h wire.RequestHeader, d *wire.Decoder) bool {
 			switch h.Opcode {
-			case wire.OpPing:
-				fakeReply(c, wire.XidPing, 0, wire.OK, nil)
 			case wire.OpCreate:
 				creates.Add(1)
 				var cr wire.CreateRequest
 				cr.Decode(d)
 				if n == 1 {
 					fakeReply(c, h.Xid, 0, wire.ErrSessionMoved, nil)
-					continue
+					return true
 				}
 				fakeReply(c, h.Xid, 5, wire.OK, &wire.CreateResponse{Path: cr.Path})
 			case wire.OpCloseSession:
 				fakeReply(c, h.Xid, 6, wire.OK, nil)
-				return
+				return false
 			default:
 				fakeReply(c, h.Xid, 0, wire.ErrUnimplemented, nil)
 			}
-		}
+			return true
+		})
 	})
-	c := connect(t, []string{srv.addr()}, 3*time.Second)
+	c := connect(t, []string{srv.Addr()}, 3*time.Second)
 	events := c.Events()
 	awaitState(t, events, StateConnected, time.Second)
-	p, err := c.Create(ctxT(t, 10*time.Second), "/moved", nil, 0, OpenACL)
+	p, err := c.Create(testkit.Context(t, 10*time.Second), "/moved", nil, 0, OpenACL)
 	if err != nil || p != "/moved" {
 		t.Fatalf("create: %q %v", p, err)
 	}

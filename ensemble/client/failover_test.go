@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/coordrun/coordrun/ensemble/wire"
+	"github.com/coordrun/coordrun/internal/testkit"
+	"github.com/coordrun/coordrun/internal/testkit/ensembletest"
 )
 
 // The supervisor's budget (see minStall): a 6s session, pings every
@@ -88,13 +90,13 @@ func (l *leaseLog) minRoundTrip() time.Duration {
 
 // proxied starts three members with a proxy in front of each; clients
 // know the members by their proxies' addresses.
-func proxied(t *testing.T) (*cluster, []*proxy, []string) {
-	cl := startCluster(t, 3)
-	var ps []*proxy
+func proxied(t *testing.T) (*ensembletest.Cluster, []*testkit.Proxy, []string) {
+	cl := ensembletest.Start(t, 3)
+	var ps []*testkit.Proxy
 	var addrs []string
-	for _, s := range cl.servers() {
-		p := newProxy(t, s)
-		ps, addrs = append(ps, p), append(addrs, p.addr())
+	for _, s := range cl.Servers() {
+		p := testkit.StartProxy(t, s)
+		ps, addrs = append(ps, p), append(addrs, p.Addr())
 	}
 	return cl, ps, addrs
 }
@@ -126,18 +128,18 @@ type failoverResult struct {
 // it gets). It fails the test unless the lease stayed killMargin ahead of
 // the clock throughout, and the member was given up within a ping
 // interval and the stall allowance (plus scheduling slack).
-func failover(t *testing.T, c *Client, events <-chan StateEvent, log *leaseLog, inFlight bool, silent ...*proxy) failoverResult {
+func failover(t *testing.T, c *Client, events <-chan StateEvent, log *leaseLog, inFlight bool, silent ...*testkit.Proxy) failoverResult {
 	t.Helper()
 	n := log.count()
-	waitFor(t, 10*time.Second, "two more proofs", func() bool { return log.count() >= n+2 })
+	testkit.WaitFor(t, 10*time.Second, "two more proofs", func() bool { return log.count() >= n+2 })
 	from := c.currentServer()
 	if inFlight {
-		silent[0].silenceOnNextFrame()
-		waitFor(t, 10*time.Second, "the next packet", silent[0].isSilent)
+		silent[0].SilenceOnNextFrame()
+		testkit.WaitFor(t, 10*time.Second, "the next packet", silent[0].Silent)
 	}
 	silencedAt := time.Now()
 	for _, p := range silent {
-		p.silence()
+		p.Silence()
 	}
 	susp := awaitState(t, events, StateSuspended, 5*time.Second)
 	r := failoverResult{gaveUp: time.Since(silencedAt)}
@@ -146,7 +148,7 @@ func failover(t *testing.T, c *Client, events <-chan StateEvent, log *leaseLog, 
 	}
 	r.server = awaitState(t, events, StateConnected, 5*time.Second).Server
 	var proof proofAt
-	waitFor(t, 5*time.Second, "a proof of a packet sent after the silence", func() bool {
+	testkit.WaitFor(t, 5*time.Second, "a proof of a packet sent after the silence", func() bool {
 		var ok bool
 		proof, ok = log.firstSentAfter(silencedAt)
 		return ok
@@ -184,7 +186,7 @@ func index(addrs []string, a string) int {
 // its way; each silent member comes back before the next round.
 func TestFailoverSilentMember(t *testing.T) {
 	_, ps, addrs := proxied(t)
-	ctx := ctxT(t, 60*time.Second)
+	ctx := testkit.Context(t, 60*time.Second)
 	var log leaseLog
 	c := budgetClient(t, addrs, &log)
 	events := c.Events()
@@ -199,7 +201,7 @@ func TestFailoverSilentMember(t *testing.T) {
 		if r.server == addrs[lost] {
 			t.Fatalf("round %d: reconnected to the silent member", round)
 		}
-		ps[lost].speak()
+		ps[lost].Speak()
 	}
 	if c.SessionID() != sid || c.State() != StateConnected {
 		t.Fatalf("session %x state %v, want %x connected", c.SessionID(), c.State(), sid)
@@ -215,7 +217,7 @@ func TestFailoverSilentMember(t *testing.T) {
 // silent first is the only one left, and serves the session again.
 func TestFailoverTwoSilentMembers(t *testing.T) {
 	_, ps, addrs := proxied(t)
-	ctx := ctxT(t, 60*time.Second)
+	ctx := testkit.Context(t, 60*time.Second)
 	var log leaseLog
 	c := budgetClient(t, addrs, &log)
 	events := c.Events()
@@ -231,8 +233,8 @@ func TestFailoverTwoSilentMembers(t *testing.T) {
 	if r.server != addrs[third] {
 		t.Fatalf("connected to %s, want the one member that answers, %s", r.server, addrs[third])
 	}
-	ps[first].speak()
-	ps[second].speak()
+	ps[first].Speak()
+	ps[second].Speak()
 	if _, err := c.Create(ctx, "/two-silent", nil, 0, OpenACL); err != nil {
 		t.Fatal(err)
 	}
@@ -261,9 +263,9 @@ func TestHealthyConnectionKept(t *testing.T) {
 	}{{"prompt", 0}, {"slow", allowance * 6 / 10}} {
 		t.Run(tc.name, func(t *testing.T) {
 			for _, p := range ps {
-				p.setDelay(tc.delay)
+				p.Delay(tc.delay)
 			}
-			ctx := ctxT(t, 60*time.Second)
+			ctx := testkit.Context(t, 60*time.Second)
 			var log leaseLog
 			c := connect(t, addrs, timeout, func(cfg *Config) {
 				cfg.PingInterval = timeout / 5
@@ -302,7 +304,7 @@ func TestHealthyConnectionKept(t *testing.T) {
 			}()
 			// Until a packet sent six ping intervals on is answered.
 			later := start.Add(6 * timeout / 5)
-			waitFor(t, 30*time.Second, "six ping intervals", func() bool {
+			testkit.WaitFor(t, 30*time.Second, "six ping intervals", func() bool {
 				select {
 				case ev := <-events:
 					t.Fatalf("state changed: %+v", ev)
@@ -339,21 +341,21 @@ func TestHealthyConnectionKept(t *testing.T) {
 // two members: the route in use falls silent and the session moves to the
 // other in time.
 func TestZooKeeperSilentRoute(t *testing.T) {
-	addr := startZooKeeper(t)
-	routes := []*proxy{newProxy(t, addr), newProxy(t, addr)}
+	addr := zooKeeper.Addr(t)
+	routes := []*testkit.Proxy{testkit.StartProxy(t, addr), testkit.StartProxy(t, addr)}
 	var log leaseLog
-	c := budgetClient(t, []string{routes[0].addr(), routes[1].addr()}, &log)
+	c := budgetClient(t, []string{routes[0].Addr(), routes[1].Addr()}, &log)
 	events := c.Events()
 	awaitState(t, events, StateConnected, time.Second)
 	lost := 0
-	if c.currentServer() == routes[1].addr() {
+	if c.currentServer() == routes[1].Addr() {
 		lost = 1
 	}
 	r := failover(t, c, events, &log, true, routes[lost])
-	if r.server != routes[1-lost].addr() {
+	if r.server != routes[1-lost].Addr() {
 		t.Fatalf("connected to %s", r.server)
 	}
-	if _, _, err := c.Get(ctxT(t, 10*time.Second), "/"); err != nil {
+	if _, _, err := c.Get(testkit.Context(t, 10*time.Second), "/"); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/coordrun/coordrun/ensemble/wire"
+	"github.com/coordrun/coordrun/internal/testkit"
+	"github.com/coordrun/coordrun/internal/testkit/ensembletest"
 )
 
 func TestLeaseKeeperMath(t *testing.T) {
@@ -70,14 +72,8 @@ func scriptedServer(t *testing.T, sid int64) *fakeServer {
 		if _, err := fakeHandshake(c, sid, 3000); err != nil {
 			return
 		}
-		for {
-			h, d, err := fakeRequest(c)
-			if err != nil {
-				return
-			}
+		fakeRequests(c, func(h wire.RequestHeader, d *wire.Decoder) bool {
 			switch h.Opcode {
-			case wire.OpPing:
-				fakeReply(c, wire.XidPing, 0, wire.OK, nil)
 			case wire.OpGetData:
 				var req wire.PathWatchRequest
 				req.Decode(d)
@@ -92,11 +88,12 @@ func scriptedServer(t *testing.T, sid int64) *fakeServer {
 				}
 			case wire.OpCloseSession:
 				fakeReply(c, h.Xid, 9, wire.OK, nil)
-				return
+				return false
 			default:
 				fakeReply(c, h.Xid, 0, wire.ErrUnimplemented, nil)
 			}
-		}
+			return true
+		})
 	})
 }
 
@@ -107,8 +104,8 @@ func TestLeaseInjectedClock(t *testing.T) {
 	t0 := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
 	var clk fakeClock
 	clk.set(t0)
-	c := connect(t, []string{srv.addr()}, 3*time.Second, func(cfg *Config) { cfg.Now = clk.now })
-	ctx := ctxT(t, 10*time.Second)
+	c := connect(t, []string{srv.Addr()}, 3*time.Second, func(cfg *Config) { cfg.Now = clk.now })
+	ctx := testkit.Context(t, 10*time.Second)
 	const T = 3 * time.Second
 	if c.SessionTimeout() != T {
 		t.Fatalf("timeout %v", c.SessionTimeout())
@@ -171,15 +168,15 @@ func TestLeaseInjectedClock(t *testing.T) {
 // outside the client). Also, from the client's side, every increase is
 // exactly an answered packet's send stamp plus the timeout.
 func leasePropertySuite(t *testing.T, server string, members int) {
-	ctx := ctxT(t, 60*time.Second)
-	px := newProxy(t, server)
+	ctx := testkit.Context(t, 60*time.Second)
+	px := testkit.StartProxy(t, server)
 	type proof struct {
 		sent, lease, at time.Time
 		timeout         time.Duration
 	}
 	var mu sync.Mutex
 	var proofs []proof
-	c := connect(t, []string{px.addr()}, 2*time.Second, func(cfg *Config) {
+	c := connect(t, []string{px.Addr()}, 2*time.Second, func(cfg *Config) {
 		cfg.PingInterval = 20 * time.Millisecond
 		cfg.hooks = &testHooks{onProof: func(sent time.Time, timeout time.Duration, lease time.Time) {
 			mu.Lock()
@@ -226,7 +223,7 @@ func leasePropertySuite(t *testing.T, server string, members int) {
 	}
 	wg.Wait()
 
-	frames := px.frameTimes()
+	frames := px.FrameTimes()
 	for i, o := range seen {
 		// the latest frame forwarded before the observation
 		k := sort.Search(len(frames), func(j int) bool { return frames[j].After(o.at) }) - 1
@@ -254,10 +251,10 @@ func leasePropertySuite(t *testing.T, server string, members int) {
 }
 
 func TestLeaseProperty(t *testing.T) {
-	cl := startCluster(t, 3)
+	cl := ensembletest.Start(t, 3)
 	// Through a follower, whose replies wait for the leader's
 	// acknowledgement, and through the leader.
-	for i, s := range cl.servers() {
+	for i, s := range cl.Servers() {
 		t.Run(fmt.Sprint("member", i+1), func(t *testing.T) { leasePropertySuite(t, s, 3) })
 	}
 }
@@ -276,23 +273,17 @@ func TestReplyOutOfOrder(t *testing.T) {
 		if n > 1 && req.SessionID != 0x77 {
 			return
 		}
-		for {
-			h, _, err := fakeRequest(c)
-			if err != nil {
-				return
-			}
-			switch {
-			case h.Opcode == wire.OpPing:
-				fakeReply(c, wire.XidPing, 0, wire.OK, nil)
-			case n == 1:
+		fakeRequests(c, func(h wire.RequestHeader, _ *wire.Decoder) bool {
+			if n == 1 {
 				fakeReply(c, h.Xid+100, 1, wire.OK, &wire.GetDataResponse{})
-			default:
+			} else {
 				fakeReply(c, h.Xid, 1, wire.OK, &wire.GetDataResponse{Data: []byte("ok")})
 			}
-		}
+			return true
+		})
 	})
-	c := connect(t, []string{srv.addr()}, 3*time.Second)
-	ctx := ctxT(t, 10*time.Second)
+	c := connect(t, []string{srv.Addr()}, 3*time.Second)
+	ctx := testkit.Context(t, 10*time.Second)
 	events := c.Events()
 	awaitState(t, events, StateConnected, time.Second)
 	_, _, err := c.Get(ctx, "/x")
@@ -315,8 +306,8 @@ func TestHandshakeRefusedTriesNext(t *testing.T) {
 	refusing := newFakeServer(t, func(c net.Conn) { wire.ReadFrame(c, nil, 1<<20) })
 	good := scriptedServer(t, 0x55)
 	for i := 0; i < 4; i++ { // the order is shuffled; try both orders likely
-		c := connect(t, []string{refusing.addr(), good.addr()}, 3*time.Second)
-		if ev := <-c.Events(); ev.Server != good.addr() || c.SessionID() != 0x55 {
+		c := connect(t, []string{refusing.Addr(), good.Addr()}, 3*time.Second)
+		if ev := <-c.Events(); ev.Server != good.Addr() || c.SessionID() != 0x55 {
 			t.Fatalf("connected to %s session %x", ev.Server, c.SessionID())
 		}
 		must(t, c.Close())
@@ -345,7 +336,7 @@ func TestHandshakeExpired(t *testing.T) {
 			c.Write(e.Frame())
 		}
 	})
-	c := connect(t, []string{srv.addr()}, 3*time.Second)
+	c := connect(t, []string{srv.Addr()}, 3*time.Second)
 	select {
 	case <-c.Done():
 	case <-time.After(10 * time.Second):
@@ -369,37 +360,30 @@ func TestConnectAuthFailed(t *testing.T) {
 		if _, err := fakeHandshake(c, 0x11, 3000); err != nil {
 			return
 		}
-		for {
-			h, _, err := fakeRequest(c)
-			if err != nil {
-				return
-			}
-			switch h.Opcode {
-			case wire.OpAuth:
+		fakeRequests(c, func(h wire.RequestHeader, _ *wire.Decoder) bool {
+			if h.Opcode == wire.OpAuth {
 				fakeReply(c, wire.XidAuth, 0, wire.ErrAuthFailed, nil)
-				return
-			case wire.OpPing:
-				fakeReply(c, wire.XidPing, 0, wire.OK, nil)
-			default:
-				fakeReply(c, h.Xid, 0, wire.OK, nil)
+				return false
 			}
-		}
+			fakeReply(c, h.Xid, 0, wire.OK, nil)
+			return true
+		})
 	})
-	_, err := Connect(ctxT(t, 5*time.Second), Config{Servers: []string{srv.addr()}, Auth: []Auth{{Scheme: "nope", Secret: []byte("x")}}})
+	_, err := Connect(testkit.Context(t, 5*time.Second), Config{Servers: []string{srv.Addr()}, Auth: []Auth{{Scheme: "nope", Secret: []byte("x")}}})
 	if !errors.Is(err, wire.ErrAuthFailed) {
 		t.Fatalf("connect with bad auth: %v", err)
 	}
 }
 
 func TestContextCancelled(t *testing.T) {
-	cl := startCluster(t, 1)
-	c := connect(t, cl.servers(), 4*time.Second)
+	cl := ensembletest.Start(t, 1)
+	c := connect(t, cl.Servers(), 4*time.Second)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	if _, _, err := c.Get(ctx, "/"); !errors.Is(err, context.Canceled) {
 		t.Fatalf("get with cancelled ctx: %v", err)
 	}
-	if _, _, err := c.Get(ctxT(t, 5*time.Second), "/"); err != nil {
+	if _, _, err := c.Get(testkit.Context(t, 5*time.Second), "/"); err != nil {
 		t.Fatal(err)
 	}
 }

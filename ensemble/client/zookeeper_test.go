@@ -7,82 +7,61 @@ import (
 	"testing"
 	"time"
 
-	"github.com/coordrun/coordrun/ensemble/zkserver"
+	"github.com/coordrun/coordrun/internal/testkit"
+	"github.com/coordrun/coordrun/internal/testkit/zookeeper"
 )
 
 // Interop with Apache ZooKeeper: the tests below start a standalone
 // ZooKeeper 3.8 (Debian's package) on a free loopback port. Without java
 // or the jar they skip, unless CI is set, where they fail.
 
-// zkServer runs one standalone ZooKeeper for all interop tests of a run.
-var zkServer struct {
-	once sync.Once
-	srv  *zkserver.Server
-	err  error
-}
+// zooKeeper runs one standalone ZooKeeper for all interop tests of a run.
+var zooKeeper = zookeeper.Shared{Prefix: "coordrun-zk-", FourLetter: FourLetter}
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if zkServer.srv != nil {
-		zkServer.srv.Stop()
-	}
+	zooKeeper.Stop()
 	os.Exit(code)
 }
 
-func startZooKeeper(t *testing.T) string {
-	t.Helper()
-	java, err := zkserver.Java()
-	if err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("Apache ZooKeeper is required in CI: %v", err)
-		}
-		t.Skipf("Apache ZooKeeper not installed: %v", err)
-	}
-	zkServer.once.Do(func() { zkServer.srv, zkServer.err = zkserver.Start(java, "coordrun-zk-") })
-	if zkServer.err != nil {
-		t.Fatalf("starting ZooKeeper: %v", zkServer.err)
-	}
-	return zkServer.srv.Addr
-}
-
 func TestZooKeeperOps(t *testing.T) {
-	addr := startZooKeeper(t)
+	addr := zooKeeper.Addr(t)
 	opsSuite(t, []string{addr})
 }
 
 func TestZooKeeperWatches(t *testing.T) {
-	addr := startZooKeeper(t)
+	addr := zooKeeper.Addr(t)
 	watchSuite(t, []string{addr})
 }
 
 func TestZooKeeperMissedChange(t *testing.T) {
-	addr := startZooKeeper(t)
+	addr := zooKeeper.Addr(t)
 	missedChangeSuite(t, addr)
 }
 
 func TestZooKeeperClose(t *testing.T) {
-	addr := startZooKeeper(t)
+	addr := zooKeeper.Addr(t)
 	closeSuite(t, addr)
 }
 
 func TestZooKeeperExpiry(t *testing.T) {
-	addr := startZooKeeper(t)
+	addr := zooKeeper.Addr(t)
 	expirySuite(t, []string{addr})
 }
 
 func TestZooKeeperConnectionLoss(t *testing.T) {
-	addr := startZooKeeper(t)
+	addr := zooKeeper.Addr(t)
 	lossSuite(t, addr)
 }
 
 func TestZooKeeperLeaseProperty(t *testing.T) {
-	addr := startZooKeeper(t)
+	addr := zooKeeper.Addr(t)
 	leasePropertySuite(t, addr, 1)
 }
 
 func TestZooKeeperPipelining(t *testing.T) {
-	addr := startZooKeeper(t)
-	ctx := ctxT(t, 60*time.Second)
+	addr := zooKeeper.Addr(t)
+	ctx := testkit.Context(t, 60*time.Second)
 	c := connect(t, []string{addr}, 4*time.Second)
 	root := fmt.Sprintf("/pipe-%x", c.SessionID())
 	_, err := c.Create(ctx, root, nil, 0, OpenACL)
