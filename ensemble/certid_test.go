@@ -3,19 +3,15 @@ package ensemble
 import (
 	"bufio"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/asn1"
 	"encoding/base64"
-	"encoding/pem"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
-	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -24,59 +20,11 @@ import (
 	"testing"
 	"time"
 
-	"log/slog"
-
 	"github.com/coordrun/coordrun/ensemble/tree"
 	"github.com/coordrun/coordrun/ensemble/wire"
+	"github.com/coordrun/coordrun/internal/testkit"
 	"github.com/go-zookeeper/zk"
 )
-
-// clientCert describes a client certificate to issue.
-type clientCert struct {
-	subject    pkix.Name
-	rawSubject []byte
-	dns        []string
-	emails     []string
-	uris       []string
-	ips        []net.IP
-}
-
-// issueClient makes a client-auth certificate signed by ca.
-func (ca *testCA) issueClient(t *testing.T, c clientCert) tls.Certificate {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber:   testSerial(t),
-		Subject:        c.subject,
-		RawSubject:     c.rawSubject,
-		NotBefore:      time.Now().Add(-time.Hour),
-		NotAfter:       time.Now().Add(24 * time.Hour),
-		DNSNames:       c.dns,
-		EmailAddresses: c.emails,
-		IPAddresses:    c.ips,
-		KeyUsage:       x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:    []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
-	}
-	for _, u := range c.uris {
-		p, err := url.Parse(u)
-		if err != nil {
-			t.Fatal(err)
-		}
-		tmpl.URIs = append(tmpl.URIs, p)
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	leaf, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key, Leaf: leaf}
-}
 
 // rawName encodes a Name from RDNs of (OID, ASN.1 string tag, value), so
 // that tests control string types and multi-valued RDNs exactly.
@@ -238,7 +186,7 @@ func requireJava(t *testing.T) string {
 // The DN of every case, as a JVM writes it, is what rfc2253Name writes.
 func TestRFC2253NameMatchesJava(t *testing.T) {
 	java := requireJava(t)
-	ca := newTestCA(t, "dn test CA")
+	ca := testkit.NewCA(t, "dn test CA")
 	dir := t.TempDir()
 	src := filepath.Join(dir, "X500Names.java")
 	if err := os.WriteFile(src, []byte(x500NamesJava), 0o644); err != nil {
@@ -248,7 +196,7 @@ func TestRFC2253NameMatchesJava(t *testing.T) {
 	args := []string{"-Xshare:auto", "-XX:TieredStopAtLevel=1", src}
 	for i, c := range cases {
 		// A SAN, or Java refuses the certificate with the empty subject.
-		cert := ca.issueClient(t, clientCert{rawSubject: c.raw, dns: []string{"dn.example"}})
+		cert := ca.Issue(t, testkit.CertSpec{RawSubject: c.raw, DNSNames: []string{"dn.example"}})
 		f := filepath.Join(dir, fmt.Sprintf("%d.der", i))
 		if err := os.WriteFile(f, cert.Certificate[0], 0o644); err != nil {
 			t.Fatal(err)
@@ -280,13 +228,13 @@ func TestRFC2253NameMatchesJava(t *testing.T) {
 }
 
 func TestCertIdentities(t *testing.T) {
-	ca := newTestCA(t, "identity test CA")
-	cert := ca.issueClient(t, clientCert{
-		subject: pkix.Name{CommonName: "host1", OrganizationalUnit: []string{"batch", "nightly"}, Organization: []string{"ops, inc"}},
-		dns:     []string{"host1.ops.example", "ops.example", "ops.example"},
-		emails:  []string{"host1@ops.example"},
-		uris:    []string{"spiffe://ops.example/host1"},
-		ips:     []net.IP{net.IPv4(10, 0, 0, 7), net.ParseIP("fd00::7")},
+	ca := testkit.NewCA(t, "identity test CA")
+	cert := ca.Issue(t, testkit.CertSpec{
+		Subject:  pkix.Name{CommonName: "host1", OrganizationalUnit: []string{"batch", "nightly"}, Organization: []string{"ops, inc"}},
+		DNSNames: []string{"host1.ops.example", "ops.example", "ops.example"},
+		Emails:   []string{"host1@ops.example"},
+		URIs:     []string{"spiffe://ops.example/host1"},
+		IPs:      []net.IP{net.IPv4(10, 0, 0, 7), net.ParseIP("fd00::7")},
 	}).Leaf
 	x := func(ids ...string) []tree.Identity {
 		var out []tree.Identity
@@ -313,7 +261,7 @@ func TestCertIdentities(t *testing.T) {
 	if want := x("OU=batch", "OU=nightly"); !slices.Equal(ous, want) {
 		t.Errorf("ou: %v, want %v", ous, want)
 	}
-	bare := ca.issueClient(t, clientCert{subject: pkix.Name{CommonName: "bare"}}).Leaf
+	bare := ca.Issue(t, testkit.CertSpec{Subject: pkix.Name{CommonName: "bare"}}).Leaf
 	for _, kind := range []CertIdentity{CertIdentitySANDNS, CertIdentitySANURI, CertIdentityO} {
 		if got := certIdentities(bare, kind); len(got) != 0 {
 			t.Errorf("%s of a certificate without one: %v", kind, got)
@@ -352,7 +300,7 @@ func ouPart(t *testing.T, cert *x509.Certificate) string {
 }
 
 func TestClientIdentityConfig(t *testing.T) {
-	ca := newTestCA(t, "config CA")
+	ca := testkit.NewCA(t, "config CA")
 	for name, c := range map[string]struct {
 		id     CertIdentity
 		tls    bool
@@ -369,7 +317,7 @@ func TestClientIdentityConfig(t *testing.T) {
 	} {
 		cfg := Config{ID: "1", DataDir: t.TempDir(), PeerAddr: "127.0.0.1:0", ClientIdentity: c.id}
 		if c.tls {
-			cfg.ClientTLS = &tls.Config{Certificates: []tls.Certificate{ca.issue(t, "m")}, ClientCAs: ca.pool}
+			cfg.ClientTLS = &tls.Config{Certificates: []tls.Certificate{ca.Issue(t, testkit.Loopback("m"))}, ClientCAs: ca.Pool}
 		}
 		err := cfg.setDefaults()
 		if c.wantOK != (err == nil) || (err != nil && !errors.Is(err, ErrConfig)) {
@@ -380,44 +328,25 @@ func TestClientIdentityConfig(t *testing.T) {
 
 // x509Member is a single TLS member whose client port requires
 // certificates of ca, with the given identity form.
-func x509Member(t *testing.T, ca *testCA, id CertIdentity) string {
+func x509Member(t *testing.T, ca *testkit.CA, id CertIdentity) string {
 	t.Helper()
 	c := startCluster(t, 1, func(cfg *Config) {
-		cfg.ClientTLS = &tls.Config{Certificates: []tls.Certificate{ca.issue(t, "member")}, ClientCAs: ca.pool}
+		cfg.ClientTLS = &tls.Config{Certificates: []tls.Certificate{ca.Issue(t, testkit.Loopback("member"))}, ClientCAs: ca.Pool}
 		cfg.ClientIdentity = id
 	})
 	return c.cfgs[0].ClientAddr
 }
 
 // x509Client is a go-zookeeper session over TLS presenting cert.
-func x509Client(t *testing.T, addr string, ca *testCA, cert tls.Certificate) *zk.Conn {
+func x509Client(t *testing.T, addr string, ca *testkit.CA, cert tls.Certificate) *zk.Conn {
 	t.Helper()
-	tc := &tls.Config{RootCAs: ca.pool, Certificates: []tls.Certificate{cert}}
-	dial := func(network, address string, timeout time.Duration) (net.Conn, error) {
-		return tls.DialWithDialer(&net.Dialer{Timeout: timeout}, network, address, tc)
-	}
-	conn, events, err := zk.Connect([]string{addr}, 4*time.Second, zk.WithLogger(quietLogger{}), zk.WithDialer(dial))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(conn.Close)
-	deadline := time.After(10 * time.Second)
-	for {
-		select {
-		case ev := <-events:
-			if ev.State == zk.StateHasSession {
-				return conn
-			}
-		case <-deadline:
-			t.Fatalf("no session over TLS with %s", addr)
-		}
-	}
+	return testkit.DialZK(t, []string{addr}, 4*time.Second, testkit.ZKTLS(ca.ClientTLS(cert)))
 }
 
 // whoAmI asks over a raw TLS session, which go-zookeeper cannot.
-func whoAmI(t *testing.T, addr string, ca *testCA, cert tls.Certificate) []wire.ClientInfo {
+func whoAmI(t *testing.T, addr string, ca *testkit.CA, cert tls.Certificate) []wire.ClientInfo {
 	t.Helper()
-	w := tlsW(t, addr, &tls.Config{RootCAs: ca.pool, Certificates: []tls.Certificate{cert}})
+	w := tlsW(t, addr, ca.ClientTLS(cert))
 	defer w.close()
 	var r wire.WhoAmIResponse
 	w.ok(wire.OpWhoAmI, nil, &r)
@@ -434,11 +363,11 @@ func loopbackInfo() wire.ClientInfo { return wire.ClientInfo{AuthScheme: "ip", U
 // ACL naming it exactly; "auth" expands to it; an auth packet of scheme
 // x509 changes nothing; an empty x509 id is an invalid ACL.
 func TestX509IdentityDN(t *testing.T) {
-	ca := newTestCA(t, "client CA")
+	ca := testkit.NewCA(t, "client CA")
 	addr := x509Member(t, ca, CertIdentityDN)
-	cert1 := ca.issueClient(t, clientCert{subject: pkix.Name{CommonName: "host1", OrganizationalUnit: []string{"batch"}, Organization: []string{"ops"}}})
+	cert1 := ca.Issue(t, testkit.CertSpec{Subject: pkix.Name{CommonName: "host1", OrganizationalUnit: []string{"batch"}, Organization: []string{"ops"}}})
 	host1 := x509Client(t, addr, ca, cert1)
-	host2 := x509Client(t, addr, ca, ca.issueClient(t, clientCert{subject: pkix.Name{CommonName: "host2", OrganizationalUnit: []string{"batch"}, Organization: []string{"ops"}}}))
+	host2 := x509Client(t, addr, ca, ca.Issue(t, testkit.CertSpec{Subject: pkix.Name{CommonName: "host2", OrganizationalUnit: []string{"batch"}, Organization: []string{"ops"}}}))
 
 	const dn1 = "CN=host1,OU=batch,O=ops"
 	want := []wire.ClientInfo{loopbackInfo(), {AuthScheme: "x509", User: dn1}}
@@ -471,7 +400,7 @@ func TestX509IdentityDN(t *testing.T) {
 
 	// As ZooKeeper's provider does: the payload is ignored, the
 	// certificate authenticated again, the identities unchanged.
-	w := tlsW(t, addr, &tls.Config{RootCAs: ca.pool, Certificates: []tls.Certificate{cert1}})
+	w := tlsW(t, addr, ca.ClientTLS(cert1))
 	a := w.callXid(wire.XidAuth, wire.OpAuth, &wire.AuthPacket{Scheme: "x509", Auth: []byte("CN=admin")})
 	eq(t, "auth x509 with a certificate", a.h.Err, wire.OK)
 	var r wire.WhoAmIResponse
@@ -485,10 +414,10 @@ func TestX509IdentityDN(t *testing.T) {
 // share one identity, which one ACL grants; a host of another O is
 // refused, for reads and for watches alike.
 func TestX509IdentityAttribute(t *testing.T) {
-	ca := newTestCA(t, "client CA")
+	ca := testkit.NewCA(t, "client CA")
 	addr := x509Member(t, ca, CertIdentityO)
 	certOf := func(cn, o string) tls.Certificate {
-		return ca.issueClient(t, clientCert{subject: pkix.Name{CommonName: cn, Organization: []string{o}}})
+		return ca.Issue(t, testkit.CertSpec{Subject: pkix.Name{CommonName: cn, Organization: []string{o}}})
 	}
 	cert2 := certOf("host2", "ops")
 	host1, host2, host3 := x509Client(t, addr, ca, certOf("host1", "ops")), x509Client(t, addr, ca, cert2), x509Client(t, addr, ca, certOf("host3", "other"))
@@ -541,9 +470,9 @@ func TestX509IdentityAttribute(t *testing.T) {
 // none has no x509 identity, and an auth packet of scheme x509 then fails
 // like one on a connection without a certificate.
 func TestX509IdentitySAN(t *testing.T) {
-	ca := newTestCA(t, "client CA")
+	ca := testkit.NewCA(t, "client CA")
 	addr := x509Member(t, ca, CertIdentitySANDNS)
-	sanCert := ca.issueClient(t, clientCert{subject: pkix.Name{CommonName: "host1"}, dns: []string{"host1.ops.example", "ops.example"}})
+	sanCert := ca.Issue(t, testkit.CertSpec{Subject: pkix.Name{CommonName: "host1"}, DNSNames: []string{"host1.ops.example", "ops.example"}})
 	withSAN := x509Client(t, addr, ca, sanCert)
 	want := []wire.ClientInfo{loopbackInfo(), {AuthScheme: "x509", User: "host1.ops.example"}, {AuthScheme: "x509", User: "ops.example"}}
 	if got := whoAmI(t, addr, ca, sanCert); !slices.Equal(got, want) {
@@ -556,8 +485,8 @@ func TestX509IdentitySAN(t *testing.T) {
 		t.Fatalf("reading with the SAN identity: %v", err)
 	}
 
-	noSAN := ca.issueClient(t, clientCert{subject: pkix.Name{CommonName: "host9"}})
-	w := tlsW(t, addr, &tls.Config{RootCAs: ca.pool, Certificates: []tls.Certificate{noSAN}})
+	noSAN := ca.Issue(t, testkit.CertSpec{Subject: pkix.Name{CommonName: "host9"}})
+	w := tlsW(t, addr, ca.ClientTLS(noSAN))
 	var r wire.WhoAmIResponse
 	w.ok(wire.OpWhoAmI, nil, &r)
 	if want := []wire.ClientInfo{loopbackInfo()}; !slices.Equal(r.ClientInfo, want) {
@@ -575,22 +504,22 @@ func TestX509IdentitySAN(t *testing.T) {
 // certificates to identities: it is refused at the handshake, whatever
 // its subject claims.
 func TestX509OtherCARefused(t *testing.T) {
-	ca, rogue := newTestCA(t, "client CA"), newTestCA(t, "someone else's CA")
-	logs := &logBuffer{}
+	ca, rogue := testkit.NewCA(t, "client CA"), testkit.NewCA(t, "someone else's CA")
+	logs := &testkit.SyncBuffer{}
 	c := startCluster(t, 1, func(cfg *Config) {
-		cfg.ClientTLS = &tls.Config{Certificates: []tls.Certificate{ca.issue(t, "member")}, ClientCAs: ca.pool}
+		cfg.ClientTLS = &tls.Config{Certificates: []tls.Certificate{ca.Issue(t, testkit.Loopback("member"))}, ClientCAs: ca.Pool}
 		cfg.ClientIdentity = CertIdentityO
 		cfg.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	})
 	addr := c.cfgs[0].ClientAddr
-	owner := x509Client(t, addr, ca, ca.issueClient(t, clientCert{subject: pkix.Name{CommonName: "host1", Organization: []string{"ops"}}}))
+	owner := x509Client(t, addr, ca, ca.Issue(t, testkit.CertSpec{Subject: pkix.Name{CommonName: "host1", Organization: []string{"ops"}}}))
 	if _, err := owner.Create("/ops", nil, 0, []zk.ACL{x509ACL(zk.PermAll, "O=ops")}); err != nil {
 		t.Fatal(err)
 	}
-	forged := rogue.issueClient(t, clientCert{subject: pkix.Name{CommonName: "host1", Organization: []string{"ops"}}})
+	forged := rogue.Issue(t, testkit.CertSpec{Subject: pkix.Name{CommonName: "host1", Organization: []string{"ops"}}})
 	// Sent although the server asks for its own CA's certificates (a Go
 	// client would send none).
-	tc := &tls.Config{RootCAs: ca.pool, GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return &forged, nil }}
+	tc := &tls.Config{RootCAs: ca.Pool, GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return &forged, nil }}
 	nc, err := tls.DialWithDialer(&net.Dialer{Timeout: 5 * time.Second}, "tcp", addr, tc)
 	if err == nil {
 		// TLS 1.3: the client learns of the refusal on its first read.
@@ -602,8 +531,8 @@ func TestX509OtherCARefused(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "tls: unknown certificate authority") {
 		t.Fatalf("a certificate of another CA: %v, want the handshake refused (unknown certificate authority)", err)
 	}
-	waitFor(t, 5*time.Second, "the refusal in the log", func() bool {
-		return logs.has("TLS handshake refused", "port=client", "unknown authority")
+	testkit.WaitFor(t, 5*time.Second, "the refusal in the log", func() bool {
+		return logs.HasLine("TLS handshake refused", "port=client", "unknown authority")
 	})
 }
 
@@ -637,13 +566,4 @@ func tlsW(t *testing.T, addr string, tc *tls.Config) *wclient {
 		t.Fatalf("connect response %+v, %v", rc.resp, err)
 	}
 	return startW(t, rc)
-}
-
-// pemEncode writes DER blocks as PEM.
-func pemEncode(typ string, ders ...[]byte) []byte {
-	var b []byte
-	for _, d := range ders {
-		b = append(b, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: d})...)
-	}
-	return b
 }

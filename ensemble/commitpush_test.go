@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coordrun/coordrun/internal/testkit"
 	"github.com/go-zookeeper/zk"
 )
 
@@ -12,17 +13,17 @@ import (
 // writes, their watches fire and their own writes complete.
 func TestCommitPushReachesFollowers(t *testing.T) {
 	c := startCluster(t, 3, func(cfg *Config) { cfg.commitTimeout = time.Hour })
-	defer c.closeAll()
+	defer c.Close()
 	leader := c.waitLeader()
 	var follower string
-	for _, m := range c.members {
+	for _, m := range c.Members() {
 		if m != leader {
 			follower = m.ClientAddr()
 			break
 		}
 	}
-	fc, _ := connect(t, []string{follower}, 5*time.Second)
-	lc, _ := connect(t, []string{leader.ClientAddr()}, 5*time.Second)
+	fc := testkit.DialZK(t, []string{follower}, 5*time.Second)
+	lc := testkit.DialZK(t, []string{leader.ClientAddr()}, 5*time.Second)
 
 	_, _, ch, err := fc.ExistsW("/pushed")
 	if err != nil {
@@ -53,8 +54,8 @@ func TestCommitPushReachesFollowers(t *testing.T) {
 		}
 	}
 	// Every member ends with the same tree.
-	waitFor(t, 10*time.Second, "members at the same zxid", func() bool {
-		z := c.members[0].LastZxid()
-		return c.members[1].LastZxid() == z && c.members[2].LastZxid() == z
+	testkit.WaitFor(t, 10*time.Second, "members at the same zxid", func() bool {
+		z := c.Member(0).LastZxid()
+		return c.Member(1).LastZxid() == z && c.Member(2).LastZxid() == z
 	})
 }

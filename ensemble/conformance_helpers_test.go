@@ -16,7 +16,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coordrun/coordrun/ensemble/client"
 	"github.com/coordrun/coordrun/ensemble/wire"
+	"github.com/coordrun/coordrun/internal/testkit"
 	"github.com/go-zookeeper/zk"
 )
 
@@ -41,32 +43,17 @@ func (e *confEnv) client(t testing.TB, i int) *zk.Conn {
 	return dialZK(t, []string{e.addr(i)}, nil, false)
 }
 
-func sliceOf[T any](xs ...T) []T { return xs }
-
 // dialZK connects a go-zookeeper session and waits until it has one. cb,
 // when set, receives every event. Unless bigBuffers, go-zookeeper's send
 // and receive buffers are cut from 1.5 MiB each to 256 KiB: the suite runs
 // many clients at once.
 func dialZK(t testing.TB, servers []string, cb func(zk.Event), bigBuffers bool) *zk.Conn {
 	t.Helper()
-	opts := sliceOf(zk.WithLogger(quietLogger{}), zk.WithEventCallback(cb))
+	opts := []func(*zk.Conn){zk.WithEventCallback(cb)}
 	if !bigBuffers {
 		opts = append(opts, zk.WithMaxBufferSize(256<<10), zk.WithMaxConnBufferSize(256<<10))
 	}
-	conn, events, err := zk.Connect(servers, confSessionTimeout, opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(conn.Close)
-	// Drain the channel so that go-zookeeper never has to drop.
-	go func() {
-		for range events {
-		}
-	}()
-	waitFor(t, 10*time.Second, "a go-zookeeper session", func() bool {
-		return conn.State() == zk.StateHasSession
-	})
-	return conn
+	return testkit.DialZK(t, servers, confSessionTimeout, opts...)
 }
 
 // recorder is a go-zookeeper client whose events are all recorded by the
@@ -393,19 +380,14 @@ func expectClosed(t testing.TB, nc net.Conn, what string) {
 	// io.Copy returns nil on EOF; any other error is a reset, also a close.
 }
 
-// fourLetter sends a four-letter word and returns the whole answer.
+// fourLetter asks addr a four-letter word, failing the test on an error.
 func fourLetter(t testing.TB, addr, word string) string {
 	t.Helper()
-	nc := rawDial(t, addr)
-	_ = nc.SetDeadline(time.Now().Add(10 * time.Second))
-	if _, err := nc.Write([]byte(word)); err != nil {
-		t.Fatalf("%s: write: %v", word, err)
-	}
-	b, err := io.ReadAll(nc)
+	out, err := client.FourLetter(testkit.Context(t, 10*time.Second), addr, word, nil)
 	if err != nil {
-		t.Fatalf("%s: read: %v", word, err)
+		t.Fatalf("%s: %v", word, err)
 	}
-	return string(b)
+	return out
 }
 
 // syncRead makes c's member catch up with the leader (sync), so a read that

@@ -27,6 +27,7 @@ import (
 	"time"
 
 	"github.com/coordrun/coordrun/ensemble/wire"
+	"github.com/coordrun/coordrun/internal/testkit"
 	"github.com/go-zookeeper/zk"
 )
 
@@ -511,7 +512,7 @@ func confEphemeralGoneOnExpiry(t *testing.T, e *confEnv) {
 	// The server also drops the silent connection.
 	expectClosed(t, rc.nc, "connection of an expired session")
 	// The session is gone for good: resuming it is refused as expired.
-	waitFor(t, 10*time.Second, "an answer to resuming the expired session", func() bool {
+	testkit.WaitFor(t, 10*time.Second, "an answer to resuming the expired session", func() bool {
 		c, ok := rawHandshake(t, e.addr(1), wire.ConnectRequest{LastZxidSeen: rc.lastZxid, Timeout: 4000,
 			SessionID: rc.resp.SessionID, Passwd: rc.resp.Passwd})
 		if !ok {
@@ -552,7 +553,7 @@ func confCloseSessionRaw(t *testing.T, e *confEnv) {
 	mustExist(t, obs, "/closeraw/e", false)
 	// Resuming a closed session is answered with a zero session id and
 	// timeout, then the connection is closed.
-	waitFor(t, 10*time.Second, "an answer to resuming the closed session", func() bool {
+	testkit.WaitFor(t, 10*time.Second, "an answer to resuming the closed session", func() bool {
 		c, ok := rawHandshake(t, e.addr(1), wire.ConnectRequest{LastZxidSeen: rc.lastZxid, Timeout: 4000,
 			SessionID: rc.resp.SessionID, Passwd: rc.resp.Passwd})
 		if !ok {
@@ -572,7 +573,7 @@ func confSessionPassword(t *testing.T, e *confEnv) {
 	createRawEphemeral(t, rc, "/sesspw/e")
 	bad := slices.Clone(rc.resp.Passwd)
 	bad[0] ^= 0xff
-	waitFor(t, 10*time.Second, "an answer to a wrong password", func() bool {
+	testkit.WaitFor(t, 10*time.Second, "an answer to a wrong password", func() bool {
 		c, ok := rawHandshake(t, e.addr(1), wire.ConnectRequest{LastZxidSeen: rc.lastZxid, Timeout: 4000,
 			SessionID: rc.resp.SessionID, Passwd: bad})
 		if !ok {
@@ -590,7 +591,7 @@ func confSessionPassword(t *testing.T, e *confEnv) {
 
 	// The right password resumes it, on any member.
 	var c *rawClient
-	waitFor(t, 10*time.Second, "resuming with the right password", func() bool {
+	testkit.WaitFor(t, 10*time.Second, "resuming with the right password", func() bool {
 		var ok bool
 		c, ok = rawHandshake(t, e.addr(2), wire.ConnectRequest{LastZxidSeen: rc.lastZxid, Timeout: 4000,
 			SessionID: rc.resp.SessionID, Passwd: rc.resp.Passwd})
@@ -695,7 +696,7 @@ func confChildWatch(t *testing.T, e *confEnv) {
 	must(t, "set", err)
 	_, err = wr.Set(p+"/b", []byte("d"), -1)
 	must(t, "set child", err)
-	waitFor(t, 10*time.Second, "w to see both sets", func() bool {
+	testkit.WaitFor(t, 10*time.Second, "w to see both sets", func() bool {
 		_, s1, err1 := w.Get(p)
 		_, s2, err2 := w.Get(p + "/b")
 		return err1 == nil && err2 == nil && s1.Version == 1 && s2.Version == 1
@@ -736,7 +737,7 @@ func confWatchOneShot(t *testing.T, e *confEnv) {
 	// would precede the reply that shows w the new version.
 	_, err = wr.Set(p, []byte("2"), -1)
 	must(t, "set", err)
-	waitFor(t, 10*time.Second, "w to see version 2", func() bool {
+	testkit.WaitFor(t, 10*time.Second, "w to see version 2", func() bool {
 		_, st, err := w.Get(p)
 		return err == nil && st.Version == 2
 	})
@@ -756,7 +757,7 @@ func confWatchOneShot(t *testing.T, e *confEnv) {
 	mustCreate(t, wr, p+"/a", nil, 0)
 	mustCreate(t, wr, p+"/b", nil, 0)
 	waitEvent(t, ch, zk.EventNodeChildrenChanged, p)
-	waitFor(t, 10*time.Second, "w to see both children", func() bool {
+	testkit.WaitFor(t, 10*time.Second, "w to see both children", func() bool {
 		kids, _, err := w.Children(p)
 		return err == nil && len(kids) == 2
 	})
@@ -1512,7 +1513,7 @@ func confBadInput(t *testing.T, e *confEnv) {
 }
 
 func confFourLetterWords(t *testing.T, e *confEnv) {
-	oks := zk.FLWRuok(e.c.servers(), 5*time.Second)
+	oks := zk.FLWRuok(e.c.Servers(), 5*time.Second)
 	for i, ok := range oks {
 		if !ok {
 			t.Errorf("member %d: go-zookeeper FLWRuok failed", i)
@@ -1577,9 +1578,9 @@ func confFourLetterWords(t *testing.T, e *confEnv) {
 // ---- failover ----
 
 func confFailover(t *testing.T, e *confEnv) {
-	r := dialRecorder(t, e.c.servers())
+	r := dialRecorder(t, e.c.Servers())
 	sid := r.SessionID()
-	from := slices.Index(e.c.servers(), r.Server())
+	from := slices.Index(e.c.Servers(), r.Server())
 	if from < 0 {
 		t.Fatalf("connected to %s, not a member", r.Server())
 	}
@@ -1598,7 +1599,7 @@ func confFailover(t *testing.T, e *confEnv) {
 	other := (from + 1) % e.n
 	w := e.client(t, other)
 	// Losing one member of three keeps the quorum.
-	e.c.stop(from)
+	e.c.Stop(from)
 	e.c.waitLeader()
 	retry(t, "set /failover/data", func() error {
 		_, err := w.Set("/failover/data", []byte("1"), -1)
@@ -1611,7 +1612,7 @@ func confFailover(t *testing.T, e *confEnv) {
 		}
 		return err
 	})
-	waitFor(t, 20*time.Second, "the client to reconnect to a surviving member", func() bool {
+	testkit.WaitFor(t, 20*time.Second, "the client to reconnect to a surviving member", func() bool {
 		return r.State() == zk.StateHasSession && r.Server() != e.addr(from)
 	})
 	eq(t, "session id after reconnecting", r.SessionID(), sid)
@@ -1637,10 +1638,10 @@ func confFailover(t *testing.T, e *confEnv) {
 
 	r.Close()
 	syncRead(t, w, "/failover")
-	waitFor(t, 10*time.Second, "the ephemeral to go with its session", func() bool {
+	testkit.WaitFor(t, 10*time.Second, "the ephemeral to go with its session", func() bool {
 		ok, _, err := w.Exists("/failover/eph")
 		return err == nil && !ok
 	})
-	e.c.restart(from)
+	e.c.Restart(t, from)
 	e.c.waitLeader()
 }

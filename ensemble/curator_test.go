@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coordrun/coordrun/internal/testkit"
 	"github.com/go-zookeeper/zk"
 )
 
@@ -76,7 +77,7 @@ func TestCuratorInterop(t *testing.T) {
 		"-Dorg.slf4j.simpleLogger.logFile=System.err",
 		"-XX:TieredStopAtLevel=1", "-Xshare:auto",
 		"-cp", strings.Join(append([]string{classes}, cp...), ":"),
-		"CuratorInterop", strings.Join(c.servers(), ","))
+		"CuratorInterop", strings.Join(c.Servers(), ","))
 	p.finish()
 	p.expectOK("connected", "create_parent_containers", "curator_cache", "mutex", "leader_latch", "closed")
 	if t.Failed() {
@@ -85,7 +86,7 @@ func TestCuratorInterop(t *testing.T) {
 	}
 
 	// Closing cleanly closed the sessions: no lock or latch node is left.
-	zc, _ := connect(t, c.servers(), 6*time.Second)
+	zc := testkit.DialZK(t, c.Servers(), 6*time.Second)
 	for _, dir := range []string{"/curator/lock", "/curator/leader"} {
 		kids, _, err := zc.Children(dir)
 		if err != nil && err != zk.ErrNoNode {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/coordrun/coordrun/ensemble/tree"
 	"github.com/coordrun/coordrun/ensemble/wire"
+	"github.com/coordrun/coordrun/internal/testkit"
 	"github.com/go-zookeeper/zk"
 	"github.com/hashicorp/raft"
 )
@@ -112,7 +113,7 @@ func faultConnect(t testing.TB, servers []string, first int, timeout time.Durati
 	for {
 		log := &faultStateLog{}
 		conn, _, err := zk.Connect(servers, timeout,
-			zk.WithLogger(quietLogger{}),
+			zk.WithLogger(testkit.QuietZK),
 			zk.WithHostProvider(&faultHosts{first: servers[first]}),
 			zk.WithEventCallback(log.add))
 		if err != nil {
@@ -239,8 +240,8 @@ func (c *faultRaw) createEphemeral(path string) {
 // others returns the indexes of running members other than skip.
 func faultOthers(c *cluster, skip int) []int {
 	var out []int
-	for i, m := range c.members {
-		if i != skip && m != nil {
+	for i := range c.N() {
+		if i != skip && c.Running(i) {
 			out = append(out, i)
 		}
 	}
@@ -248,8 +249,8 @@ func faultOthers(c *cluster, skip int) []int {
 }
 
 func faultIndexOf(c *cluster, m *Member) int {
-	for i, x := range c.members {
-		if x == m {
+	for i := range c.N() {
+		if c.Member(i) == m {
 			return i
 		}
 	}
@@ -458,10 +459,10 @@ type faultLeaders struct {
 }
 
 func (l *faultLeaders) poll() {
-	i := l.c.leaderIndex()
+	i := l.c.Leader()
 	id := ""
 	if i >= 0 {
-		id = l.c.members[i].ID()
+		id = l.c.Member(i).ID()
 	}
 	if id != l.last {
 		l.last, l.changed = id, time.Now()
@@ -477,7 +478,7 @@ func (l *faultLeaders) poll() {
 // timeout later.
 func TestFaultLeaderKilled(t *testing.T) {
 	c := startCluster(t, 3, faultSteadyRaft)
-	servers := c.servers()
+	servers := c.Servers()
 	setupDeadline := time.Now().Add(10 * time.Second)
 
 	// A pinging client starting on every member, each with an ephemeral.
@@ -498,7 +499,7 @@ func TestFaultLeaderKilled(t *testing.T) {
 
 	// Two sessions that go silent while their TCP connections stay open:
 	// one held by the leader that is about to die, one by a follower.
-	lead := c.leaderIndex()
+	lead := c.Leader()
 	fol := faultOthers(c, lead)[0]
 	const silentTimeout = 1500 * time.Millisecond
 	rawL := faultRawConnect(t, servers[lead], silentTimeout)
@@ -516,10 +517,10 @@ func TestFaultLeaderKilled(t *testing.T) {
 	watcher := clients[faultOthers(c, leadIdx)[0]].conn
 	var survivors []*Member
 	for _, i := range faultOthers(c, leadIdx) {
-		survivors = append(survivors, c.members[i])
+		survivors = append(survivors, c.Member(i))
 	}
 	takeovers := faultWatchTakeovers(t, survivors...)
-	c.stop(leadIdx)
+	c.Stop(leadIdx)
 	stopped := time.Now()
 	newLead := c.waitLeader()
 	t.Logf("stopped leader %d; member %s leads %v later", leadIdx+1, newLead.ID(), time.Since(stopped).Round(time.Millisecond))
@@ -533,7 +534,7 @@ func TestFaultLeaderKilled(t *testing.T) {
 	// the last leader change (each new leader grants that grace again).
 	leaders := &faultLeaders{c: c}
 	stuck := false
-	waitFor(t, silentTimeout+12*time.Second, "the silent sessions' ephemerals to go", func() bool {
+	testkit.WaitFor(t, silentTimeout+12*time.Second, "the silent sessions' ephemerals to go", func() bool {
 		leaders.poll()
 		l, _ := faultExists(t, watcher, "/silent-on-leader")
 		f, _ := faultExists(t, watcher, "/silent-on-follower")
@@ -570,7 +571,7 @@ func TestFaultLeaderKilled(t *testing.T) {
 	// including the one whose member was stopped.
 	for _, cl := range clients {
 		name := fmt.Sprintf("client starting on member %d", cl.home+1)
-		waitFor(t, 10*time.Second, name+" to have its session again", func() bool {
+		testkit.WaitFor(t, 10*time.Second, name+" to have its session again", func() bool {
 			return cl.conn.State() == zk.StateHasSession
 		})
 		if got := cl.conn.SessionID(); got != cl.sid {
@@ -634,18 +635,18 @@ func faultPad(t *testing.T, c *cluster, conn *zk.Conn, n int, deadline time.Time
 // entry, restarts the follower, and checks that it catches up completely.
 func TestFaultRestartCatchUp(t *testing.T) {
 	c := startCluster(t, 3, faultFastSnapshots, faultSteadyRaft)
-	servers := c.servers()
+	servers := c.Servers()
 	deadline := time.Now().Add(60 * time.Second) // a backstop; the test log shows real times
 
-	setup, _ := connect(t, servers, 4*time.Second)
+	setup := testkit.DialZK(t, servers, 4*time.Second)
 	faultCreate(t, setup, "/catch", nil, 0, deadline)
-	lead := c.leaderIndex()
+	lead := c.Leader()
 	fol := faultOthers(c, lead)[0]
-	waitFor(t, 5*time.Second, "the follower to apply /catch", func() bool {
-		return c.members[fol].LastZxid() >= c.members[lead].LastZxid()
+	testkit.WaitFor(t, 5*time.Second, "the follower to apply /catch", func() bool {
+		return c.Member(fol).LastZxid() >= c.Member(lead).LastZxid()
 	})
-	folLast := c.members[fol].raft.LastIndex()
-	c.stop(fol)
+	folLast := c.Member(fol).raft.LastIndex()
+	c.Stop(fol)
 	running := faultOthers(c, fol)
 
 	// A few hundred client writes, pipelined over clients on both running
@@ -687,9 +688,9 @@ func TestFaultRestartCatchUp(t *testing.T) {
 
 	// Both running members snapshotted and dropped the log entries the
 	// follower would need next, so whichever leads must send a snapshot.
-	waitFor(t, 10*time.Second, "the running members to compact their logs past the follower's last entry", func() bool {
+	testkit.WaitFor(t, 10*time.Second, "the running members to compact their logs past the follower's last entry", func() bool {
 		for _, i := range running {
-			first, err := c.members[i].store.FirstIndex()
+			first, err := c.Member(i).store.FirstIndex()
 			if err != nil || first <= folLast+1 {
 				return false
 			}
@@ -698,18 +699,18 @@ func TestFaultRestartCatchUp(t *testing.T) {
 	})
 	var target int64
 	for _, i := range running {
-		target = max(target, c.members[i].LastZxid())
+		target = max(target, c.Member(i).LastZxid())
 	}
 
-	c.restart(fol)
-	m := c.members[fol]
-	waitFor(t, 15*time.Second, "the restarted follower to catch up", func() bool {
+	c.Restart(t, fol)
+	m := c.Member(fol)
+	testkit.WaitFor(t, 15*time.Second, "the restarted follower to catch up", func() bool {
 		return m.LastZxid() >= target
 	})
 	t.Logf("follower caught up from index %d to zxid %d (its snapshot index now %d)", folLast, m.LastZxid(), faultSnapIndex(m))
 
 	// Reading from the restarted member after sync shows every write.
-	reader, _ := connect(t, []string{servers[fol]}, 4*time.Second)
+	reader := testkit.DialZK(t, []string{servers[fol]}, 4*time.Second)
 	faultRead(t, reader, "sync", deadline, func() (string, error) { return reader.Sync("/catch") })
 	kids := faultRead(t, reader, "children of /catch", deadline, func() ([]string, error) {
 		kids, _, err := reader.Children("/catch")
@@ -752,8 +753,8 @@ func TestFaultRestartCatchUp(t *testing.T) {
 	}
 
 	// The same tree as a running member once both applied the same prefix.
-	other := c.members[running[0]]
-	waitFor(t, 5*time.Second, "the restarted follower and another member at the same zxid", func() bool {
+	other := c.Member(running[0])
+	testkit.WaitFor(t, 5*time.Second, "the restarted follower and another member at the same zxid", func() bool {
 		return m.LastZxid() == other.LastZxid()
 	})
 	m.fsm.mu.RLock()
@@ -772,7 +773,7 @@ func TestFaultRestartCatchUp(t *testing.T) {
 // write is there with its data and stat.
 func TestFaultFullRestart(t *testing.T) {
 	c := startCluster(t, 3, faultFastSnapshots, faultSteadyRaft)
-	conn, _ := connect(t, c.servers(), 4*time.Second)
+	conn := testkit.DialZK(t, c.Servers(), 4*time.Second)
 	deadline := time.Now().Add(60 * time.Second) // a backstop
 
 	type want struct {
@@ -853,23 +854,23 @@ func TestFaultFullRestart(t *testing.T) {
 		stats[p] = *g.st
 	}
 	var snaps []uint64
-	for _, m := range c.members {
+	for _, m := range c.Members() {
 		snaps = append(snaps, faultSnapIndex(m))
 	}
 	t.Logf("%d nodes, %d deleted, in %v; zxid %d; snapshot indexes %v",
-		len(acked), len(deleted), time.Since(start).Round(time.Millisecond), c.members[0].LastZxid(), snaps)
+		len(acked), len(deleted), time.Since(start).Round(time.Millisecond), c.Member(0).LastZxid(), snaps)
 	conn.Close()
 
-	for i := range c.members {
-		c.stop(i)
+	for i := range c.N() {
+		c.Stop(i)
 	}
-	for i := range c.members {
-		c.restart(i)
+	for i := range c.N() {
+		c.Restart(t, i)
 	}
 	c.waitLeader()
 
-	for i := range c.members {
-		rc, _ := connect(t, []string{c.cfgs[i].ClientAddr}, 4*time.Second)
+	for i := range c.N() {
+		rc := testkit.DialZK(t, []string{c.cfgs[i].ClientAddr}, 4*time.Second)
 		faultRead(t, rc, "sync", deadline, func() (string, error) { return rc.Sync("/full") })
 		for p, w := range acked {
 			type got struct {
@@ -901,10 +902,10 @@ func TestFaultFullRestart(t *testing.T) {
 // liveness any more and a reply would be a false lease proof.
 func TestFaultFollowerCutOffStopsExtendingLeases(t *testing.T) {
 	c := startCluster(t, 3, faultSteadyRaft)
-	servers := c.servers()
-	lead := c.leaderIndex()
+	servers := c.Servers()
+	lead := c.Leader()
 	fol := faultOthers(c, lead)[0]
-	m := c.members[fol]
+	m := c.Member(fol)
 
 	const timeout = 1500 * time.Millisecond
 	// A go-zookeeper client that only knows this follower.
@@ -930,14 +931,14 @@ func TestFaultFollowerCutOffStopsExtendingLeases(t *testing.T) {
 		}
 	}
 	for _, i := range faultOthers(c, fol) {
-		if !c.members[i].IsLeader() {
-			c.stop(i)
+		if !c.Member(i).IsLeader() {
+			c.Stop(i)
 		}
 	}
 	for _, i := range faultOthers(c, fol) {
-		c.stop(i)
+		c.Stop(i)
 	}
-	waitFor(t, 5*time.Second, "the cut-off member not to lead", func() bool { return !m.IsLeader() })
+	testkit.WaitFor(t, 5*time.Second, "the cut-off member not to lead", func() bool { return !m.IsLeader() })
 	cut := time.Now()
 
 	// The raw client keeps pinging every third of its timeout for two
@@ -982,7 +983,7 @@ func TestFaultFollowerCutOffStopsExtendingLeases(t *testing.T) {
 	// the session timeout) after its next ping, and does not get its
 	// session back from the cut-off member.
 	var disc time.Time
-	waitFor(t, 3*timeout, "the go-zookeeper client to be disconnected", func() bool {
+	testkit.WaitFor(t, 3*timeout, "the go-zookeeper client to be disconnected", func() bool {
 		for _, e := range states.since(cut) {
 			if e.state == zk.StateDisconnected {
 				disc = e.at

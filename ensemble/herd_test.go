@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coordrun/coordrun/internal/testkit"
 	"github.com/go-zookeeper/zk"
 )
 
@@ -17,14 +18,14 @@ import (
 // client, and a waiter then sleeps through its turn.
 func TestNoLostWakeUpsOnFollowers(t *testing.T) {
 	c := startCluster(t, 3)
-	leader := c.leaderIndex()
+	leader := c.Leader()
 	var followers []string
 	for i, cfg := range c.cfgs {
 		if i != leader {
 			followers = append(followers, cfg.ClientAddr)
 		}
 	}
-	setup, _ := connect(t, followers, 4*time.Second)
+	setup := testkit.DialZK(t, followers, 4*time.Second)
 	if _, err := setup.Create("/herd", nil, 0, zk.WorldACL(zk.PermAll)); err != nil {
 		t.Fatal(err)
 	}
@@ -33,7 +34,7 @@ func TestNoLostWakeUpsOnFollowers(t *testing.T) {
 	var wg sync.WaitGroup
 	errs := make(chan error, waiters)
 	for i := 0; i < waiters; i++ {
-		conn, _ := connect(t, []string{followers[i%len(followers)]}, 4*time.Second)
+		conn := testkit.DialZK(t, []string{followers[i%len(followers)]}, 4*time.Second)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

@@ -6,15 +6,15 @@ package ensemble
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"io"
 	"os"
 	"os/exec"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/coordrun/coordrun/internal/testkit"
 )
 
 // interopMissing skips a third-party interop test whose client is not
@@ -41,24 +41,6 @@ func findPython(module string) string {
 	return ""
 }
 
-// lockedBuffer collects a child's stderr for failure messages.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // interopProc is a third-party client program whose stdout lines the test
 // reads as they come.
 type interopProc struct {
@@ -66,7 +48,7 @@ type interopProc struct {
 	cmd    *exec.Cmd
 	stdin  io.WriteCloser
 	lines  chan string
-	stderr lockedBuffer
+	stderr testkit.SyncBuffer
 	out    []string // every stdout line read so far
 	cancel context.CancelFunc
 }
@@ -150,14 +132,14 @@ func TestKazooInterop(t *testing.T) {
 	c := startCluster(t, 3)
 	// A follower first: kazoo (randomize_hosts=False) connects to it, so
 	// stopping the session's member needs no election.
-	leader := c.leaderIndex()
+	leader := c.Leader()
 	var hosts []string
-	for i, addr := range c.servers() {
+	for i, addr := range c.Servers() {
 		if i != leader {
 			hosts = append(hosts, addr)
 		}
 	}
-	hosts = append(hosts, c.servers()[leader])
+	hosts = append(hosts, c.Servers()[leader])
 
 	p := startInterop(t, 50*time.Second, py, "-u", "testdata/kazoo_interop.py", strings.Join(hosts, ","))
 	for {
@@ -170,14 +152,14 @@ func TestKazooInterop(t *testing.T) {
 			continue
 		}
 		stopped := -1
-		for i, addr := range c.servers() {
-			if addr == peer && c.members[i] != nil {
-				c.stop(i)
+		for i, addr := range c.Servers() {
+			if addr == peer && c.Member(i) != nil {
+				c.Stop(i)
 				stopped = i
 			}
 		}
 		if stopped < 0 {
-			t.Errorf("kazoo reports a connection to %s, not a running member of %v", peer, c.servers())
+			t.Errorf("kazoo reports a connection to %s, not a running member of %v", peer, c.Servers())
 		}
 		if stopped == leader {
 			c.waitLeader()

@@ -12,12 +12,13 @@ import (
 	"time"
 
 	"github.com/coordrun/coordrun/ensemble/client"
+	"github.com/coordrun/coordrun/internal/testkit"
 	"github.com/go-zookeeper/zk"
 )
 
 func TestMembershipAddRemoveUnderTraffic(t *testing.T) {
 	c := startCluster(t, 3, func(cfg *Config) { cfg.SnapshotThreshold = 64 })
-	conn, _ := connect(t, c.servers(), 4*time.Second)
+	conn := testkit.DialZK(t, c.Servers(), 4*time.Second)
 	// Traffic runs through the whole change.
 	stop := make(chan struct{})
 	done := make(chan int)
@@ -35,10 +36,10 @@ func TestMembershipAddRemoveUnderTraffic(t *testing.T) {
 			}
 		}
 	}()
-	waitFor(t, 10*time.Second, "some writes", func() bool { return c.members[0].LastZxid() > 300 })
+	testkit.WaitFor(t, 10*time.Second, "some writes", func() bool { return c.Member(0).LastZxid() > 300 })
 
 	// A fourth member starts empty with Join and is added.
-	pl, cl := listen(t), listen(t)
+	pl, cl := testkit.Listen(t), testkit.Listen(t)
 	cfg := c.cfgs[0]
 	cfg.ID, cfg.DataDir, cfg.Join = "4", t.TempDir(), true
 	cfg.PeerListener, cfg.ClientListener, cfg.ClientAddr = pl, cl, cl.Addr().String()
@@ -63,8 +64,8 @@ func TestMembershipAddRemoveUnderTraffic(t *testing.T) {
 	if !bytes.Contains(out, []byte("server.4=")) {
 		t.Fatalf("new config lacks member 4:\n%s", out)
 	}
-	waitFor(t, 20*time.Second, "member 4 caught up", func() bool {
-		return m4.LastZxid() >= c.members[0].LastZxid()-5 && m4.LastZxid() > 300
+	testkit.WaitFor(t, 20*time.Second, "member 4 caught up", func() bool {
+		return m4.LastZxid() >= c.Member(0).LastZxid()-5 && m4.LastZxid() > 300
 	})
 
 	// Remove member 3 (a follower or the leader: raft handles both).
@@ -77,8 +78,8 @@ func TestMembershipAddRemoveUnderTraffic(t *testing.T) {
 		// is unknown to the client, so the configuration tells.
 		t.Logf("remove: %v; looking at the configuration", err)
 	}
-	waitFor(t, 20*time.Second, "member 3 out of member 1's configuration", func() bool {
-		f := c.members[0].raft.GetConfiguration()
+	testkit.WaitFor(t, 20*time.Second, "member 3 out of member 1's configuration", func() bool {
+		f := c.Member(0).raft.GetConfiguration()
 		if f.Error() != nil {
 			return false
 		}
@@ -89,7 +90,7 @@ func TestMembershipAddRemoveUnderTraffic(t *testing.T) {
 		}
 		return true
 	})
-	c.stop(2)
+	c.Stop(2)
 	close(stop)
 	n := <-done
 	if n == 0 {
@@ -98,11 +99,11 @@ func TestMembershipAddRemoveUnderTraffic(t *testing.T) {
 	// Writes still commit with members 1, 2 and 4, and member 4 serves them.
 	// Removing the leader makes the others elect a new one first.
 	const p = "/after-change"
-	waitFor(t, 15*time.Second, "a write after the change", func() bool {
+	testkit.WaitFor(t, 15*time.Second, "a write after the change", func() bool {
 		_, err := conn.Create(p, nil, 0, zk.WorldACL(zk.PermAll))
 		return err == nil || err == zk.ErrNodeExists
 	})
-	c4, _ := connect(t, []string{m4.ClientAddr()}, 4*time.Second)
+	c4 := testkit.DialZK(t, []string{m4.ClientAddr()}, 4*time.Second)
 	if _, err := c4.Sync(p); err != nil {
 		t.Fatal(err)
 	}
@@ -119,7 +120,7 @@ func TestReconfigRefusedFromElsewhereAndBadInput(t *testing.T) {
 	c := startCluster(t, 1)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	cl, err := client.Connect(ctx, client.Config{Servers: c.servers(), SessionTimeout: 4 * time.Second})
+	cl, err := client.Connect(ctx, client.Config{Servers: c.Servers(), SessionTimeout: 4 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -135,7 +136,7 @@ func TestReconfigRefusedFromElsewhereAndBadInput(t *testing.T) {
 		}
 	}
 	// Loopback is allowed; another address is not, unless listed.
-	m := c.members[0]
+	m := c.Member(0)
 	if !m.adminAllowed(&net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 1}) {
 		t.Error("loopback refused")
 	}
@@ -146,7 +147,7 @@ func TestReconfigRefusedFromElsewhereAndBadInput(t *testing.T) {
 
 func TestSnapshotSaveRestore(t *testing.T) {
 	c := startCluster(t, 3)
-	conn, _ := connect(t, c.servers(), 4*time.Second)
+	conn := testkit.DialZK(t, c.Servers(), 4*time.Second)
 	acl := zk.DigestACL(zk.PermAll, "u", "p")
 	if _, err := conn.Create("/app", []byte("cfg"), 0, zk.WorldACL(zk.PermAll)); err != nil {
 		t.Fatal(err)
@@ -187,7 +188,7 @@ func TestSnapshotSaveRestore(t *testing.T) {
 	// A new 3-member ensemble seeded from it holds the same tree, and its
 	// zxids go on rising past the backup's.
 	r := startCluster(t, 3, func(cfg *Config) { cfg.Restore = file })
-	for i, m := range r.members {
+	for i, m := range r.Members() {
 		m.fsm.mu.RLock()
 		eq := m.fsm.tree.Equal(saved)
 		m.fsm.mu.RUnlock()
@@ -195,7 +196,7 @@ func TestSnapshotSaveRestore(t *testing.T) {
 			t.Fatalf("restored member %d differs from the saved tree", i+1)
 		}
 	}
-	rc, _ := connect(t, r.servers(), 4*time.Second)
+	rc := testkit.DialZK(t, r.Servers(), 4*time.Second)
 	data, _, err := rc.Get("/app")
 	if err != nil || string(data) != "cfg2" {
 		t.Fatalf("restored /app = %q, %v", data, err)
@@ -214,8 +215,8 @@ func TestSnapshotSaveRestore(t *testing.T) {
 
 	// A second restore onto a used data dir is refused.
 	cfg := r.cfgs[0]
-	cfg.PeerListener, cfg.ClientListener = listen(t), listen(t)
-	r.stop(0)
+	cfg.PeerListener, cfg.ClientListener = testkit.Listen(t), testkit.Listen(t)
+	r.Stop(0)
 	if _, err := Start(cfg); err == nil {
 		t.Fatal("restore onto a used data dir accepted")
 	}

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coordrun/coordrun/internal/testkit"
 	"github.com/go-zookeeper/zk"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
@@ -102,11 +103,11 @@ next:
 // its /metrics.
 func TestMetrics(t *testing.T) {
 	c := startCluster(t, 1, withAdmin)
-	m := c.members[0]
+	m := c.Member(0)
 	if m.AdminAddr() == "" {
 		t.Fatal("no admin address")
 	}
-	conn, _ := connect(t, c.servers(), 5*time.Second)
+	conn := testkit.DialZK(t, c.Servers(), 5*time.Second)
 
 	const created = 5
 	if _, err := conn.Create("/m", nil, 0, zk.WorldACL(zk.PermAll)); err != nil {
@@ -138,7 +139,7 @@ func TestMetrics(t *testing.T) {
 	}
 
 	// The watch is registered; then it fires.
-	waitFor(t, 10*time.Second, "a registered watch in /metrics", func() bool {
+	testkit.WaitFor(t, 10*time.Second, "a registered watch in /metrics", func() bool {
 		v, _ := scrapeMetrics(t, m).value("coordrun_watches")
 		return v >= 1
 	})
@@ -156,7 +157,7 @@ func TestMetrics(t *testing.T) {
 	wantOps := map[string]uint64{"create": created + 2, "getData": 1, "setData": 1, "getChildren2": 1, "delete": 1, "exists": 1}
 	var s scrape
 	var problems []string
-	waitFor(t, 10*time.Second, "the metrics to reflect the ops", func() bool {
+	testkit.WaitFor(t, 10*time.Second, "the metrics to reflect the ops", func() bool {
 		s = scrapeMetrics(t, m)
 		problems = nil
 		check := func(ok bool, format string, args ...any) {
@@ -211,7 +212,7 @@ func TestMetrics(t *testing.T) {
 
 	// Close stops the admin listener.
 	addr := m.AdminAddr()
-	c.stop(0)
+	c.Stop(0)
 	if resp, err := adminHTTP.Get("http://" + addr + "/healthz"); err == nil {
 		resp.Body.Close()
 		t.Errorf("admin listener still answers after Close: %d", resp.StatusCode)
@@ -221,7 +222,7 @@ func TestMetrics(t *testing.T) {
 // TestAdminPprof: with Pprof the admin listener serves Go's profiles.
 func TestAdminPprof(t *testing.T) {
 	c := startCluster(t, 1, withAdmin, func(cfg *Config) { cfg.Pprof = true })
-	m := c.members[0]
+	m := c.Member(0)
 	if code, body := adminGet(t, m, "/debug/pprof/goroutine?debug=1"); code != http.StatusOK || !strings.Contains(body, "goroutine profile:") {
 		t.Errorf("/debug/pprof/goroutine: %d %.80q", code, body)
 	}
@@ -234,7 +235,7 @@ func TestAdminPprof(t *testing.T) {
 // there for programs that embed a member.
 func TestAdminOffByDefault(t *testing.T) {
 	c := startCluster(t, 1)
-	m := c.members[0]
+	m := c.Member(0)
 	if a := m.AdminAddr(); a != "" {
 		t.Fatalf("AdminAddr() = %q without Config.AdminAddr", a)
 	}
@@ -256,26 +257,26 @@ func TestAdminOffByDefault(t *testing.T) {
 // stays healthy: the process still serves.
 func TestAdminHealthLostQuorum(t *testing.T) {
 	c := startCluster(t, 3, withAdmin)
-	for i, m := range c.members {
-		waitFor(t, 10*time.Second, fmt.Sprintf("member %d ready", i+1), func() bool {
+	for i, m := range c.Members() {
+		testkit.WaitFor(t, 10*time.Second, fmt.Sprintf("member %d ready", i+1), func() bool {
 			code, _ := adminGet(t, m, "/readyz")
 			return code == http.StatusOK
 		})
 	}
 	// Keep the leader: it must notice on its own that it lost the quorum.
-	keep := c.leaderIndex()
+	keep := c.Leader()
 	if keep < 0 {
 		t.Fatal("no leader")
 	}
-	for i := range c.members {
+	for i := range c.N() {
 		if i != keep {
-			c.stop(i)
+			c.Stop(i)
 		}
 	}
-	m := c.members[keep]
+	m := c.Member(keep)
 	var code int
 	var body string
-	waitFor(t, 15*time.Second, "/readyz 503 on the member without quorum", func() bool {
+	testkit.WaitFor(t, 15*time.Second, "/readyz 503 on the member without quorum", func() bool {
 		code, body = adminGet(t, m, "/readyz")
 		return code == http.StatusServiceUnavailable
 	})
@@ -296,16 +297,16 @@ func TestAdminHealthLostQuorum(t *testing.T) {
 // client port the liveness check cannot ask ruok; it must still pass, and
 // must not knock on the port in plaintext (which logs a warning each time).
 func TestAdminHealthTLSClientPort(t *testing.T) {
-	ca := newTestCA(t, "coordrun test client-port CA")
-	logs := &logBuffer{}
+	ca := testkit.NewCA(t, "coordrun test client-port CA")
+	logs := &testkit.SyncBuffer{}
 	c := startCluster(t, 1, withAdmin, func(cfg *Config) {
 		cfg.ClientTLS = &tls.Config{
-			Certificates: []tls.Certificate{ca.issue(t, "member "+cfg.ID)},
-			ClientCAs:    ca.pool,
+			Certificates: []tls.Certificate{ca.Issue(t, testkit.Loopback("member "+cfg.ID))},
+			ClientCAs:    ca.Pool,
 		}
 		cfg.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	})
-	m := c.members[0]
+	m := c.Member(0)
 	for i := 0; i < 3; i++ {
 		if code, body := adminGet(t, m, "/healthz"); code != http.StatusOK {
 			t.Fatalf("/healthz with a TLS client port: %d %q", code, body)
@@ -314,9 +315,7 @@ func TestAdminHealthTLSClientPort(t *testing.T) {
 	if code, body := adminGet(t, m, "/readyz"); code != http.StatusOK {
 		t.Fatalf("/readyz with a TLS client port: %d %q", code, body)
 	}
-	if logs.has("TLS") {
-		logs.mu.Lock()
-		defer logs.mu.Unlock()
-		t.Fatalf("the health check touched the TLS client port:\n%s", logs.b.String())
+	if logs.HasLine("TLS") {
+		t.Fatalf("the health check touched the TLS client port:\n%s", logs.String())
 	}
 }

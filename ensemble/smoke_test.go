@@ -4,12 +4,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coordrun/coordrun/internal/testkit"
 	"github.com/go-zookeeper/zk"
 )
 
 func TestSmokeSingle(t *testing.T) {
 	c := startCluster(t, 1)
-	conn, _ := connect(t, c.servers(), 2*time.Second)
+	conn := testkit.DialZK(t, c.Servers(), 2*time.Second)
 	p, err := conn.Create("/a", []byte("x"), 0, zk.WorldACL(zk.PermAll))
 	if err != nil || p != "/a" {
 		t.Fatalf("create: %q %v", p, err)
@@ -22,8 +23,8 @@ func TestSmokeSingle(t *testing.T) {
 
 func TestSmokeThree(t *testing.T) {
 	c := startCluster(t, 3)
-	for i := range c.members {
-		conn, _ := connect(t, []string{c.cfgs[i].ClientAddr}, 2*time.Second)
+	for i := range c.N() {
+		conn := testkit.DialZK(t, []string{c.cfgs[i].ClientAddr}, 2*time.Second)
 		p, err := conn.Create("/n", []byte("x"), zk.FlagEphemeral|zk.FlagSequence, zk.WorldACL(zk.PermAll))
 		if err != nil {
 			t.Fatalf("member %d: create: %v", i, err)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/coordrun/coordrun/ensemble/wire"
+	"github.com/coordrun/coordrun/internal/testkit"
 )
 
 // resume sends a ConnectRequest for session to addr and returns the
@@ -43,17 +44,17 @@ func TestUnknownSessionNeedsTheLeader(t *testing.T) {
 	c := startCluster(t, 3)
 	c.waitLeader()
 	const unknown = 0x7eadbeef00000001
-	if resp, ok := resume(t, c.members[0].ClientAddr(), unknown); !ok || resp.Timeout != 0 {
+	if resp, ok := resume(t, c.Member(0).ClientAddr(), unknown); !ok || resp.Timeout != 0 {
 		t.Fatalf("healthy ensemble, unknown session: reply %+v (got one: %v), want the expired reply", resp, ok)
 	}
-	lone := c.leaderIndex()
-	for i := range c.members {
+	lone := c.Leader()
+	for i := range c.N() {
 		if i != lone {
-			c.stop(i)
+			c.Stop(i)
 		}
 	}
-	waitFor(t, 15*time.Second, "the lone member to give up leading", func() bool { return !c.members[lone].IsLeader() })
-	if resp, ok := resume(t, c.members[lone].ClientAddr(), unknown); ok {
+	testkit.WaitFor(t, 15*time.Second, "the lone member to give up leading", func() bool { return !c.Member(lone).IsLeader() })
+	if resp, ok := resume(t, c.Member(lone).ClientAddr(), unknown); ok {
 		t.Fatalf("a member without a leader answered an unknown session with %+v; want the connection closed", resp)
 	}
 }

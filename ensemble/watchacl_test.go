@@ -9,13 +9,14 @@ package ensemble
 
 import (
 	"fmt"
-	"os"
 	"slices"
 	"testing"
 	"time"
 
+	"github.com/coordrun/coordrun/ensemble/client"
 	"github.com/coordrun/coordrun/ensemble/wire"
-	"github.com/coordrun/coordrun/ensemble/zkserver"
+	"github.com/coordrun/coordrun/internal/testkit"
+	"github.com/coordrun/coordrun/internal/testkit/zookeeper"
 )
 
 type watchACLEnv struct {
@@ -33,14 +34,7 @@ func TestWatchACL(t *testing.T) {
 // TestWatchACLZooKeeper runs the cases against Apache ZooKeeper, skipping
 // without java or its jar unless CI is set.
 func TestWatchACLZooKeeper(t *testing.T) {
-	java, err := zkserver.Java()
-	if err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("Apache ZooKeeper is required in CI: %v", err)
-		}
-		t.Skipf("Apache ZooKeeper not installed: %v", err)
-	}
-	srv, err := zkserver.Start(java, "coordrun-watchacl-zk-")
+	srv, err := zookeeper.Start(zookeeper.Require(t), "coordrun-watchacl-zk-", client.FourLetter)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,7 +45,7 @@ func TestWatchACLZooKeeper(t *testing.T) {
 		}
 	})
 	// ruok is answered before sessions are.
-	waitFor(t, 30*time.Second, "ZooKeeper to grant a session", func() bool {
+	testkit.WaitFor(t, 30*time.Second, "ZooKeeper to grant a session", func() bool {
 		c, ok := rawHandshake(t, srv.Addr, wire.ConnectRequest{Timeout: 6000, Passwd: make([]byte, 16)})
 		c.nc.Close()
 		return ok && c.resp.SessionID != 0

@@ -3,7 +3,6 @@ package ensemble
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
@@ -15,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coordrun/coordrun/internal/testkit"
 	"github.com/go-zookeeper/zk"
 )
 
@@ -32,14 +32,14 @@ func TestZkCliX509(t *testing.T) {
 			t.Skipf("%s is not installed (%v)", need, err)
 		}
 	}
-	ca := newTestCA(t, "zkCli client CA")
+	ca := testkit.NewCA(t, "zkCli client CA")
 	addr := x509Member(t, ca, CertIdentityDN)
 	dir := t.TempDir()
 	const pass = "zkcli-secret"
 	const dn = "CN=zkcli,OU=batch,O=ops"
 	keystore, truststore := javaStores(t, dir, ca, dn, pass)
 
-	admin := x509Client(t, addr, ca, ca.issueClient(t, clientCert{subject: pkix.Name{CommonName: "admin", Organization: []string{"ops"}}}))
+	admin := x509Client(t, addr, ca, ca.Issue(t, testkit.CertSpec{Subject: pkix.Name{CommonName: "admin", Organization: []string{"ops"}}}))
 	if _, err := admin.Create("/for-zkcli", []byte("granted by DN"), 0, []zk.ACL{x509ACL(zk.PermRead, dn)}); err != nil {
 		t.Fatal(err)
 	}
@@ -78,11 +78,11 @@ func TestZkCliX509(t *testing.T) {
 // store holding a new key with subject dn and its certificate from ca
 // (keytool generates the key and the request, the test CA signs it), and
 // a trust store holding ca.
-func javaStores(t *testing.T, dir string, ca *testCA, dn, pass string) (keystore, truststore string) {
+func javaStores(t *testing.T, dir string, ca *testkit.CA, dn, pass string) (keystore, truststore string) {
 	t.Helper()
 	keystore, truststore = filepath.Join(dir, "client.p12"), filepath.Join(dir, "trust.p12")
 	caPEM, csrFile, chainPEM := filepath.Join(dir, "ca.pem"), filepath.Join(dir, "client.csr"), filepath.Join(dir, "chain.pem")
-	if err := os.WriteFile(caPEM, pemEncode("CERTIFICATE", ca.cert.Raw), 0o644); err != nil {
+	if err := os.WriteFile(caPEM, testkit.PEM("CERTIFICATE", ca.Cert.Raw), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	store := []string{"-storetype", "PKCS12", "-storepass", pass}
@@ -105,22 +105,15 @@ func javaStores(t *testing.T, dir string, ca *testCA, dn, pass string) (keystore
 	if err := csr.CheckSignature(); err != nil {
 		t.Fatal(err)
 	}
-	tmpl := &x509.Certificate{
-		SerialNumber: testSerial(t),
-		RawSubject:   csr.RawSubject,
-		NotBefore:    time.Now().Add(-time.Hour),
-		NotAfter:     time.Now().Add(24 * time.Hour),
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, csr.PublicKey, ca.key)
-	if err != nil {
-		t.Fatal(err)
-	}
+	der := ca.Sign(t, &x509.Certificate{
+		RawSubject:  csr.RawSubject,
+		KeyUsage:    x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	}, csr.PublicKey)
 	if got, err := rfc2253Name(csr.RawSubject); err != nil || got != dn {
 		t.Fatalf("keytool's subject reads %q, %v; want %q", got, err, dn)
 	}
-	if err := os.WriteFile(chainPEM, pemEncode("CERTIFICATE", der, ca.cert.Raw), 0o644); err != nil {
+	if err := os.WriteFile(chainPEM, testkit.PEM("CERTIFICATE", der, ca.Cert.Raw), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	// The CA first, so that keytool can verify the reply's chain.

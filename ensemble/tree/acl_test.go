@@ -6,14 +6,34 @@ import (
 	"testing"
 )
 
+// fixupCase is one ACL that fixupACL should fix up as want (nil:
+// refuse with ErrInvalidACL) for a session with auth.
+type fixupCase struct {
+	name string
+	acl  []ACL
+	auth []Identity
+	want []ACL
+}
+
+func checkFixups(t *testing.T, cases []fixupCase) {
+	t.Helper()
+	for _, c := range cases {
+		got, err := fixupACL(c.acl, c.auth)
+		if c.want == nil {
+			if !errors.Is(err, ErrInvalidACL) {
+				t.Errorf("%s: got %v, %v; want ErrInvalidACL", c.name, got, err)
+			}
+			continue
+		}
+		if err != nil || !slices.Equal(got, c.want) {
+			t.Errorf("%s: got %v, %v; want %v", c.name, got, err, c.want)
+		}
+	}
+}
+
 func TestFixupACL(t *testing.T) {
 	world := ACL{Perms: PermAll, Scheme: "world", ID: "anyone"}
-	cases := []struct {
-		name string
-		acl  []ACL
-		auth []Identity
-		want []ACL // nil: ErrInvalidACL
-	}{
+	cases := []fixupCase{
 		{"open", OpenACL, nil, OpenACL},
 		{"empty", []ACL{}, nil, nil},
 		{"nil", nil, nil, nil},
@@ -55,18 +75,7 @@ func TestFixupACL(t *testing.T) {
 		{"auth mixed with world", []ACL{{Perms: 1, Scheme: "world", ID: "anyone"}, {Perms: 31, Scheme: "auth"}}, []Identity{alice},
 			[]ACL{{Perms: 1, Scheme: "world", ID: "anyone"}, {Perms: 31, Scheme: "digest", ID: alice.ID}}},
 	}
-	for _, c := range cases {
-		got, err := fixupACL(c.acl, c.auth)
-		if c.want == nil {
-			if !errors.Is(err, ErrInvalidACL) {
-				t.Errorf("%s: got %v, %v; want ErrInvalidACL", c.name, got, err)
-			}
-			continue
-		}
-		if err != nil || !slices.Equal(got, c.want) {
-			t.Errorf("%s: got %v, %v; want %v", c.name, got, err, c.want)
-		}
-	}
+	checkFixups(t, cases)
 }
 
 func TestPermitted(t *testing.T) {

@@ -14,12 +14,7 @@ var (
 )
 
 func TestFixupACLX509(t *testing.T) {
-	cases := []struct {
-		name string
-		acl  []ACL
-		auth []Identity
-		want []ACL // nil: ErrInvalidACL
-	}{
+	cases := []fixupCase{
 		{"x509 dn", []ACL{{Perms: PermRead, Scheme: "x509", ID: opsHost1.ID}}, nil,
 			[]ACL{{Perms: PermRead, Scheme: "x509", ID: opsHost1.ID}}},
 		{"x509 attribute", []ACL{{Perms: PermAll, Scheme: "x509", ID: "O=ops"}}, nil,
@@ -32,18 +27,7 @@ func TestFixupACLX509(t *testing.T) {
 		{"auth expands to digest and x509 in order", []ACL{{Perms: 3, Scheme: "auth"}}, []Identity{localhost, opsOrg, alice},
 			[]ACL{{Perms: 3, Scheme: "x509", ID: "O=ops"}, {Perms: 3, Scheme: "digest", ID: alice.ID}}},
 	}
-	for _, c := range cases {
-		got, err := fixupACL(c.acl, c.auth)
-		if c.want == nil {
-			if !errors.Is(err, ErrInvalidACL) {
-				t.Errorf("%s: got %v, %v; want ErrInvalidACL", c.name, got, err)
-			}
-			continue
-		}
-		if err != nil || !slices.Equal(got, c.want) {
-			t.Errorf("%s: got %v, %v; want %v", c.name, got, err, c.want)
-		}
-	}
+	checkFixups(t, cases)
 	// Without the scheme (a replayed entry from before it existed), x509
 	// is unknown: entries are invalid and "auth" ignores x509 identities.
 	if got, err := fixupACLSchemes([]ACL{{Perms: PermAll, Scheme: "x509", ID: "O=ops"}}, nil, false); !errors.Is(err, ErrInvalidACL) {
