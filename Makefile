@@ -55,7 +55,7 @@ CHAOS_DURATION ?= 3m
 CHAOS_MEMBERS  ?= 3
 chaos: build
 	COORDRUN_BIN=$(CURDIR)/$(BIN) COORDRUN_CHAOS_DURATION=$(CHAOS_DURATION) COORDRUN_CHAOS_MEMBERS=$(CHAOS_MEMBERS) \
-	  $(GO) test -race -count=1 -v -timeout 60m -run 'Chaos' ./ensemble/chaos ./supervisor
+	  $(GO) test -race -count=1 -v -timeout 60m -run 'Chaos' ./internal/chaos ./supervisor
 
 clean:
 	rm -rf bin

@@ -3,11 +3,12 @@ package supervisor_test
 // Helpers of the chaos test in chaos_test.go: the job that writes to a
 // fenced store, the supervisor hosts that contend for the lock, and the
 // checker that reads the records afterwards. They build on the e2e
-// helpers (rig, proc, dropProxy, waitUntil, pidsWithEnv, ...).
+// helpers (rig, proc, pidsWithEnv, ...) and the test kit.
 
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -19,9 +20,12 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"testing"
 	"time"
 
 	"github.com/coordrun/coordrun/fencing"
+	"github.com/coordrun/coordrun/internal/chaos"
+	"github.com/coordrun/coordrun/internal/testkit"
 	"github.com/coordrun/coordrun/supervisor"
 )
 
@@ -349,12 +353,30 @@ func checkChaos(dir string, frozen map[int64]chaosFreeze, guard *fencing.Guard, 
 
 // takeOutput returns what p wrote and forgets it, so that the rig does not
 // repeat it in a failed test's log.
-func takeOutput(p *proc) string {
-	p.out.mu.Lock()
-	defer p.out.mu.Unlock()
-	s := p.out.b.String()
-	p.out.b.Reset()
-	return s
+func takeOutput(p *proc) string { return p.Out.Take() }
+
+// startServerProcesses starts a 3-member ensemble of `coordrun server`
+// processes in dir/ensemble, logging its progress to dir/cluster.log, and
+// stops it when the test ends. The raft timing is the kit's: with the
+// defaults (a 250ms leader lease) a loaded machine sees a leader change
+// every few seconds, each granting every session a fresh timeout, which
+// stretches handoffs to three times their length.
+func startServerProcesses(t *testing.T, dir string) *chaos.Cluster {
+	t.Helper()
+	clusterLog, err := os.Create(filepath.Join(dir, "cluster.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { clusterLog.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	members, err := chaos.Start(ctx, chaos.Config{Bin: e2eBin, Dir: filepath.Join(dir, "ensemble"), Members: 3, Log: clusterLog,
+		Args: testkit.RaftFlags()})
+	if err != nil {
+		t.Fatalf("starting the ensemble: %v", err)
+	}
+	t.Cleanup(members.Close)
+	return members
 }
 
 // --- supervisor hosts --------------------------------------------------------
@@ -364,14 +386,14 @@ func takeOutput(p *proc) string {
 type chaosIncarnation struct {
 	label   string
 	sup     *proc
-	proxies []*dropProxy
+	proxies []*testkit.Proxy
 	code    int // exit code, once sup.done is closed
 }
 
 // cut partitions the incarnation from every member.
 func (inc *chaosIncarnation) cut() {
 	for _, p := range inc.proxies {
-		p.drop()
+		p.Drop(true)
 	}
 }
 
@@ -396,9 +418,9 @@ func (w *chaosWorld) hostLoop(k int, rng *rand.Rand) {
 		inc := &chaosIncarnation{label: label}
 		var via []string
 		for _, s := range strings.Split(w.members.Servers(), ",") {
-			p := newDropProxy(w.t, s)
+			p := testkit.StartProxy(w.t, s)
 			inc.proxies = append(inc.proxies, p)
-			via = append(via, p.addr())
+			via = append(via, p.Addr())
 		}
 		job := []string{e2eSelf, chaosJobArg, "-dir", w.dir,
 			"-hold", (100*time.Millisecond + time.Duration(rng.Int63n(int64(time.Second)))).String()}
@@ -410,11 +432,11 @@ func (w *chaosWorld) hostLoop(k int, rng *rand.Rand) {
 		w.live[label] = inc
 		w.mu.Unlock()
 
-		<-inc.sup.done
-		inc.code = inc.sup.cmd.ProcessState.ExitCode()
+		<-inc.sup.Done()
+		inc.code = inc.sup.ExitCode()
 		out := takeOutput(inc.sup)
 		for _, p := range inc.proxies {
-			p.close()
+			p.Close()
 		}
 		w.mu.Lock()
 		delete(w.live, label)
@@ -442,7 +464,7 @@ func (w *chaosWorld) hostLoop(k int, rng *rand.Rand) {
 // host to register it.
 func (w *chaosWorld) incarnation(label string) *chaosIncarnation {
 	var inc *chaosIncarnation
-	waitUntil(w.t, 10*time.Second, "supervisor "+label+" to be registered", func() bool {
+	testkit.WaitFor(w.t, 10*time.Second, "supervisor "+label+" to be registered", func() bool {
 		w.mu.Lock()
 		defer w.mu.Unlock()
 		inc = w.live[label]

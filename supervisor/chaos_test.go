@@ -2,7 +2,7 @@ package supervisor_test
 
 // The singleton invariant under chaos: several `coordrun run` supervisors
 // (the real binary) contend for one lock on a 3-member ensemble of real
-// `coordrun server` processes (ensemble/chaos), while a seeded schedule
+// `coordrun server` processes (internal/chaos), while a seeded schedule
 // kills, pauses and isolates members and kills, stops, cuts off and
 // freezes the holder. Their job
 // writes to a store fenced by fencing.Guard. Afterwards the records must
@@ -33,10 +33,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/coordrun/coordrun/ensemble/chaos"
 	"github.com/coordrun/coordrun/ensemble/client"
 	"github.com/coordrun/coordrun/ensemble/wire"
 	"github.com/coordrun/coordrun/fencing"
+	"github.com/coordrun/coordrun/internal/chaos"
+	"github.com/coordrun/coordrun/internal/testkit"
 	"github.com/coordrun/coordrun/supervisor"
 )
 
@@ -108,22 +109,7 @@ func TestChaosSingleton(t *testing.T) {
 		}
 	})
 	r := newRig(t, &backend{name: "coordrun server processes"})
-	clusterLog, err := os.Create(filepath.Join(dir, "cluster.log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { clusterLog.Close() })
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	// Raft timing as the e2e tests' in-process members have it: with the
-	// defaults (a 250ms leader lease) a loaded machine sees a leader
-	// change every few seconds, each granting every session a fresh
-	// timeout, which stretches handoffs to three times their length.
-	members, err := chaos.Start(ctx, chaos.Config{Bin: e2eBin, Dir: filepath.Join(dir, "ensemble"), Members: 3, Log: clusterLog,
-		Args: []string{"--heartbeat-timeout", "1s", "--election-timeout", "1s"}})
-	cancel()
-	if err != nil {
-		t.Fatalf("starting the ensemble: %v", err)
-	}
+	members := startServerProcesses(t, dir)
 	w := newChaosWorld(t, r, members, dir, seed)
 	w.slow = &slow
 	defer w.shutdown()
@@ -247,8 +233,8 @@ func (w *chaosWorld) shutdown() {
 		for {
 			w.mu.Lock()
 			for _, inc := range w.live {
-				inc.sup.signal(syscall.SIGKILL)
-				inc.sup.signal(syscall.SIGCONT)
+				inc.sup.Signal(syscall.SIGKILL)
+				inc.sup.Signal(syscall.SIGCONT)
 			}
 			w.mu.Unlock()
 			select {
@@ -315,7 +301,7 @@ func (w *chaosWorld) maxToken() int64 {
 func (w *chaosWorld) awaitStartAbove(tok int64, d time.Duration, what string) chaosRec {
 	w.t.Helper()
 	var found chaosRec
-	waitUntil(w.t, d, what, func() bool {
+	testkit.WaitFor(w.t, d, what, func() bool {
 		for _, x := range w.runs() {
 			if x.kind == "start" && x.token > tok {
 				found = x
@@ -449,7 +435,7 @@ func (w *chaosWorld) pinTarget(kind string) (chaosRec, *chaosIncarnation) {
 		w.t.Fatal(err)
 	}
 	var target chaosRec
-	waitUntil(w.t, 30*time.Second, "a job to claim the pin", func() bool {
+	testkit.WaitFor(w.t, 30*time.Second, "a job to claim the pin", func() bool {
 		for _, x := range w.runs() {
 			if x.kind == "start" && x.token > w.lastPinned && len(x.extra) > 0 && x.extra[0] == "1" {
 				target = x
@@ -469,8 +455,8 @@ func (w *chaosWorld) pinTarget(kind string) (chaosRec, *chaosIncarnation) {
 // awaitExit waits for a targeted supervisor's exit and checks its code.
 func (w *chaosWorld) awaitExit(kind string, inc *chaosIncarnation, d time.Duration, want int) {
 	select {
-	case <-inc.sup.done:
-		if code := inc.sup.cmd.ProcessState.ExitCode(); code != want {
+	case <-inc.sup.Done():
+		if code := inc.sup.ExitCode(); code != want {
 			w.problem("%s: supervisor %s exited %d, want %d", kind, inc.label, code, want)
 		}
 	case <-time.After(d):
@@ -483,7 +469,7 @@ func (w *chaosWorld) holderFault(kind string) {
 	target, inc := w.pinTarget(kind)
 	// A member fault just before may still cost the pinned job its
 	// lease; then aim at the next one.
-	for tries := 1; !alive(target.pid) || !inc.sup.running(); tries++ {
+	for tries := 1; !alive(target.pid) || !inc.sup.Running(); tries++ {
 		if tries == 3 {
 			w.t.Fatalf("%s: three pinned jobs in a row ended before the fault", kind)
 		}
@@ -494,14 +480,14 @@ func (w *chaosWorld) holderFault(kind string) {
 	faulted := time.Now()
 	w.logf("%s: supervisor %s holding token %d (job pid %d)", kind, target.host, target.token, target.pid)
 	jobDead := func(d time.Duration) {
-		waitUntil(w.t, d, fmt.Sprintf("%s: the job of %s to die", kind, target.host), func() bool { return !alive(target.pid) })
+		testkit.WaitFor(w.t, d, fmt.Sprintf("%s: the job of %s to die", kind, target.host), func() bool { return !alive(target.pid) })
 	}
 	switch kind {
 	case faultSupKill:
 		// A member fault beside this one may end the supervisor (76)
 		// just before the kill.
-		wasRunning := inc.sup.running()
-		inc.sup.signal(syscall.SIGKILL)
+		wasRunning := inc.sup.Running()
+		inc.sup.Signal(syscall.SIGKILL)
 		jobDead(5 * time.Second)
 		succ := w.successor(kind, target, faulted)
 		w.logf("%s: %s took over with token %d", kind, succ.host, succ.token)
@@ -510,11 +496,11 @@ func (w *chaosWorld) holderFault(kind string) {
 		}
 
 	case faultSupStop:
-		inc.sup.signal(syscall.SIGSTOP)
+		inc.sup.Signal(syscall.SIGSTOP)
 		jobDead(sessionTimeout + 5*time.Second)
 		succ := w.successor(kind, target, faulted)
 		w.logf("%s: %s took over with token %d; SIGCONT to %s", kind, succ.host, succ.token, target.host)
-		inc.sup.signal(syscall.SIGCONT)
+		inc.sup.Signal(syscall.SIGCONT)
 		w.awaitExit(kind, inc, 15*time.Second, supervisor.ExitSessionLost)
 
 	case faultSupCut:
@@ -535,10 +521,10 @@ func (w *chaosWorld) holderFault(kind string) {
 		// A member fault beside this one may cost the holder its lease
 		// first.
 		select {
-		case <-inc.sup.done:
+		case <-inc.sup.Done():
 		case <-time.After(10 * time.Second):
 		}
-		if code := inc.sup.cmd.ProcessState.ExitCode(); code != supervisor.ExitLockLost && code != supervisor.ExitSessionLost {
+		if code := inc.sup.ExitCode(); code != supervisor.ExitLockLost && code != supervisor.ExitSessionLost {
 			w.problem("%s: supervisor %s exited %d, want %d (lock lost)", kind, inc.label, code, supervisor.ExitLockLost)
 		}
 
@@ -626,7 +612,7 @@ func (w *chaosWorld) foreignDelete(kind string, target chaosRec, faulted time.Ti
 	default:
 		w.logf("%s: the queue node of %s (token %d), then its run node", kind, target.host, target.token)
 		retry("delete "+queue, func() error { return c.Delete(ctx, queue, -1) })
-		waitUntil(w.t, 10*time.Second, kind+": the holder's job to hear of it", func() bool {
+		testkit.WaitFor(w.t, 10*time.Second, kind+": the holder's job to hear of it", func() bool {
 			for _, x := range w.runs() {
 				if x.kind == "sig" && x.token == target.token || x.kind == "end" && x.token == target.token {
 					return true
@@ -690,7 +676,7 @@ func (w *chaosWorld) freeze(target chaosRec, inc *chaosIncarnation) {
 	if hasJob && len(pids) < 3 {
 		w.t.Fatalf("%s: processes of %s are %v; want the supervisor, its watchdog and job %d", kind, target.host, pids, target.pid)
 	}
-	waitUntil(w.t, 5*time.Second, "every process of "+target.host+" to stop", func() bool {
+	testkit.WaitFor(w.t, 5*time.Second, "every process of "+target.host+" to stop", func() bool {
 		for _, p := range pids {
 			if st := procState(p); st != 'T' && st != 't' && alive(p) {
 				return false
@@ -719,7 +705,7 @@ func (w *chaosWorld) freeze(target chaosRec, inc *chaosIncarnation) {
 	inDo := holdsFlock(target.pid)
 	succ := w.successor(kind, target, faulted)
 	if !inDo {
-		wrote := pollFor(10*time.Second, func() bool {
+		wrote := testkit.Poll(10*time.Second, func() bool {
 			for _, x := range readChaosRecs(filepath.Join(w.dir, chaosStore)) {
 				if x.token > target.token {
 					return true
@@ -737,7 +723,7 @@ func (w *chaosWorld) freeze(target chaosRec, inc *chaosIncarnation) {
 	resumed := supervisor.BoottimeNow()
 	w.frozen[target.token] = chaosFreeze{stopped: stopped, resumed: resumed}
 	_ = syscall.Kill(target.pid, syscall.SIGCONT)
-	refused := pollFor(10*time.Second, func() bool {
+	refused := testkit.Poll(10*time.Second, func() bool {
 		for _, x := range w.runs() {
 			if x.kind == "refused" && x.token == target.token {
 				return true

@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/coordrun/coordrun/ensemble/client"
+	"github.com/coordrun/coordrun/internal/testkit"
 	"github.com/coordrun/coordrun/supervisor"
 )
 
@@ -175,7 +176,7 @@ func cronChildren(t *testing.T, c *client.Client, p string) []string {
 // cronAwaitHosts waits until n cron hosts are registered for the job.
 func cronAwaitHosts(t *testing.T, c *client.Client, root, job string, n int) {
 	t.Helper()
-	waitUntil(t, 20*time.Second, fmt.Sprintf("%d hosts registered for %s", n, job), func() bool {
+	testkit.WaitFor(t, 20*time.Second, fmt.Sprintf("%d hosts registered for %s", n, job), func() bool {
 		return len(cronChildren(t, c, path.Join(root, job, "hosts"))) == n
 	})
 }
@@ -383,11 +384,11 @@ func cronStartProcs(r *rig, n int, prefix, root, job, spec string, flags, argv [
 func cronStopProcs(t *testing.T, ps []*proc) {
 	t.Helper()
 	for _, p := range ps {
-		p.signal(syscall.SIGTERM)
+		p.Signal(syscall.SIGTERM)
 	}
 	for _, p := range ps {
-		if code := p.exit(t, 15*time.Second); code != 0 {
-			t.Errorf("%s exited %d after SIGTERM, want 0; output:\n%s", p.name, code, p.out.String())
+		if code := p.Exit(t, 15*time.Second); code != 0 {
+			t.Errorf("%s exited %d after SIGTERM, want 0; output:\n%s", p.Name, code, p.Out.String())
 		}
 	}
 }

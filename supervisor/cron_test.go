@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/coordrun/coordrun/ensemble/wire"
+	"github.com/coordrun/coordrun/internal/testkit"
 	"github.com/coordrun/coordrun/supervisor"
 )
 
@@ -72,7 +73,7 @@ func cronSkewRun(t *testing.T, b *backend, root string, history, n int) (trueDel
 		window = append(window, s)
 	}
 	// The slowest clock reaches the last firing 3s after the true clock.
-	waitUntil(t, time.Until(last)+3*time.Second+15*time.Second, "every host to handle the firing of "+cronFmt(last), func() bool {
+	testkit.WaitFor(t, time.Until(last)+3*time.Second+15*time.Second, "every host to handle the firing of "+cronFmt(last), func() bool {
 		for _, s := range cronSkews {
 			if !slices.ContainsFunc(sink.decided(s.label), func(d cronDecision) bool { return d.sched.Equal(last) }) {
 				return false
@@ -241,7 +242,7 @@ func cronCrash(t *testing.T, overlap string) {
 
 	// The first firing that starts after every host is up.
 	var victimRun cronLine
-	waitUntil(t, 2*every+5*time.Second, "a firing to start", func() bool {
+	testkit.WaitFor(t, 2*every+5*time.Second, "a firing to start", func() bool {
 		for _, l := range cronReadLog(t, runs) {
 			if l.kind == "start" && l.sched.After(registered) {
 				victimRun = l
@@ -261,13 +262,13 @@ func cronCrash(t *testing.T, overlap string) {
 	var victim *proc
 	var survivors []*proc
 	for _, p := range procs {
-		if p.pid() == rec.PID {
+		if p.Pid() == rec.PID {
 			victim = p
 		} else {
 			survivors = append(survivors, p)
 		}
 	}
-	if victim == nil || victim.name != victimRun.host {
+	if victim == nil || victim.Name != victimRun.host {
 		t.Fatalf("firing %s: record %+v names pid %d, job ran on %s; no such cron process", cronFmt(v), rec, rec.PID, victimRun.host)
 	}
 	if rec.State != "running" {
@@ -281,12 +282,12 @@ func cronCrash(t *testing.T, overlap string) {
 		data, _, err := obs.Get(ctx, path.Join(lockDir, k))
 		cancel()
 		var hi supervisor.HolderInfo
-		if err == nil && json.Unmarshal(data, &hi) == nil && hi.PID == victim.pid() {
+		if err == nil && json.Unmarshal(data, &hi) == nil && hi.PID == victim.Pid() {
 			lockNode = path.Join(lockDir, k)
 		}
 	}
 	if lockNode == "" {
-		t.Fatalf("no lock node of pid %d under %s", victim.pid(), lockDir)
+		t.Fatalf("no lock node of pid %d under %s", victim.Pid(), lockDir)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	_, ok, ev, err := obs.ExistsW(ctx, lockNode)
@@ -303,16 +304,16 @@ func cronCrash(t *testing.T, overlap string) {
 	jobDied := deathWatch(t, victimRun.pid)
 
 	killed := time.Now()
-	victim.signal(syscall.SIGKILL)
+	victim.Signal(syscall.SIGKILL)
 	died := recv(t, jobDied, cronKillGrace+2*time.Second, "the crashed host's job to die")
 	expired := recv(t, gone, cronSessionTimeout+5*time.Second, "the dead host's lock node to go (its session's expiry)")
 	t.Logf("[%s] firing %s ran on %s (pid %d); kill -9 %v after it started → job dead %v later, session expired %v later",
-		overlap, cronFmt(v), victim.name, victim.pid(), ms(killed.Sub(victimRun.at)), ms(died.Sub(killed)), ms(expired.Sub(killed)))
+		overlap, cronFmt(v), victim.Name, victim.Pid(), ms(killed.Sub(victimRun.at)), ms(died.Sub(killed)), ms(expired.Sub(killed)))
 
 	// Wait for the first firing scheduled after the expiry to finish.
 	after := expired.Add(200 * time.Millisecond).Truncate(every).Add(every)
 	var recs map[int64]supervisor.FiringRecord
-	waitUntil(t, time.Until(after)+2*every+10*time.Second, "the firing of "+cronFmt(after)+" to finish", func() bool {
+	testkit.WaitFor(t, time.Until(after)+2*every+10*time.Second, "the firing of "+cronFmt(after)+" to finish", func() bool {
 		recs = cronByTime(cronHistory(t, obs, root, job))
 		x, ok := recs[after.Unix()]
 		return ok && (x.State == "done" || x.State == "skipped" || x.State == "lost")
@@ -327,8 +328,8 @@ func cronCrash(t *testing.T, overlap string) {
 	if n := len(starts[v.Unix()]); n != 1 {
 		t.Errorf("crashed firing %s ran %d times, want once", cronFmt(v), n)
 	}
-	if x := recs[v.Unix()]; x.PID != victim.pid() || x.Nonce != rec.Nonce {
-		t.Errorf("crashed firing %s: record now %+v, was claimed by pid %d", cronFmt(v), x, victim.pid())
+	if x := recs[v.Unix()]; x.PID != victim.Pid() || x.Nonce != rec.Nonce {
+		t.Errorf("crashed firing %s: record now %+v, was claimed by pid %d", cronFmt(v), x, victim.Pid())
 	} else {
 		t.Logf("[%s] crashed firing's record afterwards: state %q, end %v, exit %s (nobody marks it lost)", overlap, x.State, x.End, cronExit(x.ExitCode))
 	}
@@ -363,7 +364,7 @@ func cronCrash(t *testing.T, overlap string) {
 			t.Errorf("firing %s after the crash: no record (no live host claimed it)", cronFmt(s))
 			continue
 		}
-		if x.PID == victim.pid() {
+		if x.PID == victim.Pid() {
 			t.Errorf("firing %s claimed by the dead host", cronFmt(s))
 		}
 		delay := "-"
@@ -421,7 +422,7 @@ func TestCronOutageCatchUp(t *testing.T) {
 	}
 	awaitDone := func(s time.Time) supervisor.FiringRecord {
 		var x supervisor.FiringRecord
-		waitUntil(t, time.Until(s)+10*time.Second, "the firing of "+cronFmt(s)+" to finish", func() bool {
+		testkit.WaitFor(t, time.Until(s)+10*time.Second, "the firing of "+cronFmt(s)+" to finish", func() bool {
 			var ok bool
 			x, ok = cronByTime(cronHistory(t, obs, root, job))[s.Unix()]
 			return ok && x.State == "done"
@@ -518,7 +519,7 @@ func cronOverlap(t *testing.T, b *backend, overlap string, hold time.Duration) {
 		}
 		return n
 	}
-	waitUntil(t, time.Duration(wantRuns+1)*(hold+time.Second)+10*time.Second, fmt.Sprintf("%d runs to finish", wantRuns), func() bool {
+	testkit.WaitFor(t, time.Duration(wantRuns+1)*(hold+time.Second)+10*time.Second, fmt.Sprintf("%d runs to finish", wantRuns), func() bool {
 		recs = cronHistory(t, obs, root, job)
 		return doneRuns() >= wantRuns
 	})

@@ -3,8 +3,7 @@ package supervisor_test
 // Helpers of the end-to-end tests in e2e_test.go: the coordrun binary, the
 // job the tests run under it (this test binary, re-executed), the two
 // backends (an in-process coordrun ensemble and a standalone Apache
-// ZooKeeper), processes and their cleanup, and a TCP proxy that can drop
-// all traffic.
+// ZooKeeper), and processes and their cleanup.
 
 import (
 	"bufio"
@@ -15,8 +14,6 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
-	"io"
-	"net"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -29,10 +26,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/coordrun/coordrun/ensemble"
 	"github.com/coordrun/coordrun/ensemble/client"
 	"github.com/coordrun/coordrun/ensemble/wire"
-	"github.com/coordrun/coordrun/ensemble/zkserver"
+	"github.com/coordrun/coordrun/internal/testkit"
+	"github.com/coordrun/coordrun/internal/testkit/ensembletest"
+	"github.com/coordrun/coordrun/internal/testkit/zookeeper"
 	"github.com/coordrun/coordrun/supervisor"
 )
 
@@ -65,33 +63,8 @@ func e2eMain(m *testing.M) int {
 		return 1
 	}
 	e2eSelf = self
-	if b := os.Getenv("COORDRUN_BIN"); b != "" {
-		abs, err := filepath.Abs(b)
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "COORDRUN_BIN:", err)
-			return 1
-		}
-		e2eBin = abs
-	} else {
-		// A temp dir rather than tmp/ in the work tree: nothing to clean
-		// up or to keep out of git.
-		dir, err := os.MkdirTemp("", "coordrun-e2e-")
-		if err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			return 1
-		}
-		defer os.RemoveAll(dir)
-		e2eBin = filepath.Join(dir, "coordrun")
-		build := exec.Command("go", "build", "-o", e2eBin, "../cmd/coordrun")
-		build.Stdout, build.Stderr = os.Stderr, os.Stderr
-		if err := build.Run(); err != nil {
-			fmt.Fprintln(os.Stderr, "building coordrun:", err)
-			return 1
-		}
-	}
-	code := m.Run()
-	shared.closeAll()
-	return code
+	defer shared.closeAll()
+	return testkit.RunWithBinary(m, &e2eBin)
 }
 
 // childMain is the job: it appends lines to a log file, one write(2) per
@@ -224,20 +197,6 @@ func splitList(s string) []string {
 
 // --- small utilities -----------------------------------------------------------
 
-// waitUntil polls cond until it holds, or fails the test after d.
-func waitUntil(t testing.TB, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	tick := time.NewTicker(5 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", d, what)
-		}
-		<-tick.C
-	}
-}
-
 func randHex(n int) string {
 	b := make([]byte, n)
 	_, _ = rand.Read(b)
@@ -245,24 +204,6 @@ func randHex(n int) string {
 }
 
 func ms(d time.Duration) string { return d.Round(time.Millisecond).String() }
-
-// lockedBuffer collects a process's output.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // baseEnv is our environment without COORDRUN_* variables, which would
 // configure the binary behind the test's back.
@@ -282,21 +223,6 @@ func baseEnv() []string {
 		}
 	}
 	return append(env, "GORACE="+gorace)
-}
-
-// fourLetter sends a four-letter word and returns the answer.
-func fourLetter(addr, word string) (string, error) {
-	c, err := net.DialTimeout("tcp", addr, time.Second)
-	if err != nil {
-		return "", err
-	}
-	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(3 * time.Second))
-	if _, err := c.Write([]byte(word)); err != nil {
-		return "", err
-	}
-	b, err := io.ReadAll(c)
-	return string(b), err
 }
 
 // --- /proc ------------------------------------------------------------------
@@ -447,7 +373,7 @@ func recv[T any](t *testing.T, ch <-chan T, d time.Duration, what string) T {
 type backend struct {
 	name    string
 	servers []string
-	members []*ensemble.Member // coordrun in-process members; nil for ZooKeeper
+	members *ensembletest.Cluster // coordrun in-process members; nil for ZooKeeper
 	zk      bool
 }
 
@@ -458,7 +384,7 @@ func (b *backend) notifications(t *testing.T) int64 {
 	t.Helper()
 	var sum int64
 	for _, addr := range b.servers {
-		out, err := fourLetter(addr, "mntr")
+		out, err := client.FourLetter(testkit.Context(t, 3*time.Second), addr, "mntr", nil)
 		if err != nil {
 			t.Fatalf("mntr %s: %v", addr, err)
 		}
@@ -483,72 +409,29 @@ func (b *backend) notifications(t *testing.T) int64 {
 
 // leader returns the index of the leading member, or -1.
 func (b *backend) leader() int {
-	for i, m := range b.members {
-		if m != nil && m.IsLeader() {
-			return i
-		}
+	if b.members == nil {
+		return -1
 	}
-	return -1
+	return b.members.Leader()
 }
 
 // startCoordrun starts an in-process ensemble of n members on loopback.
 // Call close on the result.
 func startCoordrun(n int) (*backend, error) {
-	b := &backend{name: "coordrun"}
-	var peers []ensemble.Peer
-	var pls, cls []net.Listener
-	fail := func(err error) (*backend, error) {
-		for _, l := range append(pls, cls...) {
-			l.Close()
-		}
-		b.close()
-		return nil, err
-	}
-	for i := 0; i < n; i++ {
-		pl, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return fail(err)
-		}
-		pls = append(pls, pl)
-		cl, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return fail(err)
-		}
-		cls = append(cls, cl)
-		peers = append(peers, ensemble.Peer{ID: fmt.Sprint(i + 1), Addr: pl.Addr().String()})
-		b.servers = append(b.servers, cl.Addr().String())
-	}
-	for i := 0; i < n; i++ {
-		dir, err := os.MkdirTemp("", "coordrun-e2e-member-")
-		if err != nil {
-			return fail(err)
-		}
-		m, err := ensemble.Start(ensemble.Config{
-			ID:                fmt.Sprint(i + 1),
-			DataDir:           dir,
-			PeerListener:      pls[i],
-			ClientListener:    cls[i],
-			ClientAddr:        cls[i].Addr().String(),
-			Peers:             peers,
-			MinSessionTimeout: 500 * time.Millisecond,
-			HeartbeatTimeout:  time.Second,
-			ElectionTimeout:   time.Second,
-		})
-		if err != nil {
-			os.RemoveAll(dir)
-			return fail(err)
-		}
-		b.members = append(b.members, m)
-		memberDirs.Store(m, dir)
-	}
-	// Ready once a client can create a node (a leader is elected and
-	// every member's client port answers).
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	c, err := ensembletest.Launch(ctx, n)
+	if err != nil {
+		return nil, err
+	}
+	b := &backend{name: "coordrun", servers: c.Servers(), members: c}
+	// Ready once a client can create a node (a leader is elected and
+	// every member's client port answers).
 	for _, addr := range b.servers {
 		c, err := client.Connect(ctx, client.Config{Servers: []string{addr}, SessionTimeout: 4 * time.Second})
 		if err != nil {
-			return fail(fmt.Errorf("connect %s: %w", addr, err))
+			b.close()
+			return nil, fmt.Errorf("connect %s: %w", addr, err)
 		}
 		for {
 			err = c.Sync(ctx, "/")
@@ -558,30 +441,19 @@ func startCoordrun(n int) (*backend, error) {
 		}
 		c.Close()
 		if err != nil {
-			return fail(fmt.Errorf("sync on %s: %w", addr, err))
+			b.close()
+			return nil, fmt.Errorf("sync on %s: %w", addr, err)
 		}
 	}
 	return b, nil
 }
 
-var memberDirs sync.Map // *ensemble.Member → data dir
-
 // stopMember closes member i.
-func (b *backend) stopMember(i int) {
-	m := b.members[i]
-	if m == nil {
-		return
-	}
-	b.members[i] = nil
-	m.Close()
-	if d, ok := memberDirs.LoadAndDelete(m); ok {
-		os.RemoveAll(d.(string))
-	}
-}
+func (b *backend) stopMember(i int) { b.members.Stop(i) }
 
 func (b *backend) close() {
-	for i := range b.members {
-		b.stopMember(i)
+	if b.members != nil {
+		b.members.Close()
 	}
 }
 
@@ -591,20 +463,16 @@ type sharedBackends struct {
 	coordrun     *backend
 	coordrunErr  error
 
-	zkOnce sync.Once
-	zk     *zkserver.Server
-	zkErr  error
+	zk zookeeper.Shared
 }
 
-var shared sharedBackends
+var shared = sharedBackends{zk: zookeeper.Shared{Prefix: "coordrun-e2e-zk-", FourLetter: client.FourLetter}}
 
 func (s *sharedBackends) closeAll() {
 	if s.coordrun != nil {
 		s.coordrun.close()
 	}
-	if s.zk != nil {
-		s.zk.Stop()
-	}
+	s.zk.Stop()
 }
 
 // sharedCoordrun is a 3-member in-process ensemble for every test that does
@@ -623,18 +491,7 @@ func sharedCoordrun(t *testing.T) *backend {
 // test skips, unless CI is set.
 func sharedZooKeeper(t *testing.T) *backend {
 	t.Helper()
-	java, err := zkserver.Java()
-	if err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("Apache ZooKeeper is required in CI: %v", err)
-		}
-		t.Skipf("Apache ZooKeeper not installed: %v", err)
-	}
-	shared.zkOnce.Do(func() { shared.zk, shared.zkErr = zkserver.Start(java, "coordrun-e2e-zk-") })
-	if shared.zkErr != nil {
-		t.Fatalf("starting ZooKeeper: %v", shared.zkErr)
-	}
-	return &backend{name: "zookeeper", servers: []string{shared.zk.Addr}, zk: true}
+	return &backend{name: "zookeeper", servers: []string{shared.zk.Addr(t)}, zk: true}
 }
 
 // forEachBackend runs f against the coordrun ensemble and against Apache
@@ -715,74 +572,17 @@ func (r *rig) killAll() {
 }
 
 // proc is a process the test started.
-type proc struct {
-	name    string
-	args    []string
-	cmd     *exec.Cmd
-	out     *lockedBuffer
-	done    chan struct{}
-	started time.Time
-	ended   time.Time
-}
-
-func (p *proc) pid() int { return p.cmd.Process.Pid }
-
-func (p *proc) running() bool {
-	select {
-	case <-p.done:
-		return false
-	default:
-		return true
-	}
-}
-
-func (p *proc) signal(sig syscall.Signal) {
-	_ = syscall.Kill(p.pid(), sig)
-}
-
-// exit waits up to d for the process to end and returns its exit code
-// (-1 when a signal killed it).
-func (p *proc) exit(t *testing.T, d time.Duration) int {
-	t.Helper()
-	select {
-	case <-p.done:
-		return p.cmd.ProcessState.ExitCode()
-	case <-time.After(d):
-		t.Fatalf("%s still running after %v; output:\n%s", p.name, d, p.out.String())
-		return -2
-	}
-}
+type proc = testkit.Process
 
 // startProc runs bin with args, killed (stopped or not) at cleanup; its
 // output is shown if the test failed.
 func (r *rig) startProc(name string, env []string, bin string, args ...string) *proc {
 	r.t.Helper()
-	p := &proc{name: name, args: args, out: &lockedBuffer{}, done: make(chan struct{})}
-	p.cmd = exec.Command(bin, args...)
-	p.cmd.Env = append(append(baseEnv(), r.mark), env...)
-	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
+	cmd := exec.Command(bin, args...)
+	cmd.Env = append(append(baseEnv(), r.mark), env...)
 	// Its own group: nothing aimed at the test's group reaches it.
-	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	p.started = time.Now()
-	if err := p.cmd.Start(); err != nil {
-		r.t.Fatal(err)
-	}
-	go func() {
-		_ = p.cmd.Wait()
-		p.ended = time.Now()
-		close(p.done)
-	}()
-	r.t.Cleanup(func() {
-		if p.running() {
-			_ = syscall.Kill(p.pid(), syscall.SIGKILL)
-			_ = syscall.Kill(p.pid(), syscall.SIGCONT)
-			<-p.done
-		}
-		if r.t.Failed() {
-			r.t.Logf("--- %s output:\n%s", p.name, p.out.String())
-		}
-	})
-	return p
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	return testkit.Spawn(r.t, name, cmd)
 }
 
 // runFlags are the run flags of every supervisor; later flags override.
@@ -872,7 +672,7 @@ func (r *rig) find(kind, label, extra string) (rec, bool) {
 func (r *rig) await(d time.Duration, kind, label, extra string) rec {
 	r.t.Helper()
 	var x rec
-	waitUntil(r.t, d, fmt.Sprintf("%q %s %s in the job log", kind, label, extra), func() bool {
+	testkit.WaitFor(r.t, d, fmt.Sprintf("%q %s %s in the job log", kind, label, extra), func() bool {
 		var ok bool
 		x, ok = r.find(kind, label, extra)
 		return ok
@@ -924,7 +724,7 @@ func (r *rig) state() supervisor.LockState {
 func (r *rig) awaitQueue(d time.Duration, n int) supervisor.LockState {
 	r.t.Helper()
 	var ls supervisor.LockState
-	waitUntil(r.t, d, fmt.Sprintf("a holder and %d waiters on %s", n, r.lock), func() bool {
+	testkit.WaitFor(r.t, d, fmt.Sprintf("a holder and %d waiters on %s", n, r.lock), func() bool {
 		ls = r.state()
 		return ls.Holder != nil && len(ls.Waiters) == n
 	})
@@ -981,122 +781,4 @@ func sortedStarts(recs []rec) []rec {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].at.Before(out[j].at) })
 	return out
-}
-
-// --- a proxy that can drop everything ---------------------------------------
-
-// dropProxy relays TCP to one target until drop is called; from then on
-// it forwards nothing in either direction and closes nothing, like a
-// network partition: every byte sent is lost, connections stay open, new
-// ones are accepted and then hear nothing.
-type dropProxy struct {
-	ln     net.Listener
-	target string
-
-	mu       sync.Mutex
-	dropping bool
-	conns    []net.Conn
-	closed   bool
-	wg       sync.WaitGroup
-}
-
-func newDropProxy(t *testing.T, target string) *dropProxy {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &dropProxy{ln: ln, target: target}
-	p.wg.Add(1)
-	go p.accept()
-	t.Cleanup(p.close)
-	return p
-}
-
-func (p *dropProxy) addr() string { return p.ln.Addr().String() }
-
-func (p *dropProxy) isDropping() bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.dropping
-}
-
-func (p *dropProxy) drop() {
-	p.mu.Lock()
-	p.dropping = true
-	p.mu.Unlock()
-}
-
-func (p *dropProxy) track(c net.Conn) bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.closed {
-		c.Close()
-		return false
-	}
-	p.conns = append(p.conns, c)
-	return true
-}
-
-func (p *dropProxy) accept() {
-	defer p.wg.Done()
-	for {
-		c, err := p.ln.Accept()
-		if err != nil {
-			return
-		}
-		if !p.track(c) {
-			continue
-		}
-		if p.isDropping() {
-			p.wg.Add(1)
-			go p.relay(c, nil)
-			continue
-		}
-		s, err := net.Dial("tcp", p.target)
-		if err != nil {
-			c.Close()
-			continue
-		}
-		if !p.track(s) {
-			continue
-		}
-		p.wg.Add(2)
-		go p.relay(c, s)
-		go p.relay(s, c)
-	}
-}
-
-// relay copies src to dst (nil: discard) while not dropping. An end of
-// src is passed on only while not dropping.
-func (p *dropProxy) relay(src, dst net.Conn) {
-	defer p.wg.Done()
-	buf := make([]byte, 32<<10)
-	for {
-		n, err := src.Read(buf)
-		if n > 0 && dst != nil && !p.isDropping() {
-			if _, werr := dst.Write(buf[:n]); werr != nil {
-				return
-			}
-		}
-		if err != nil {
-			if dst != nil && !p.isDropping() {
-				dst.Close()
-			}
-			return
-		}
-	}
-}
-
-func (p *dropProxy) close() {
-	p.mu.Lock()
-	p.closed = true
-	conns := p.conns
-	p.conns = nil
-	p.mu.Unlock()
-	p.ln.Close()
-	for _, c := range conns {
-		c.Close()
-	}
-	p.wg.Wait()
 }

@@ -18,6 +18,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/coordrun/coordrun/internal/testkit"
 )
 
 // 1. Many supervisors on one lock: one job at a time, tokens rising in
@@ -41,8 +43,8 @@ func TestE2EMutualExclusion(t *testing.T) {
 		r.awaitQueue(20*time.Second, n-1)
 		r.touch("gate")
 		for _, s := range sups {
-			if code := s.exit(t, 30*time.Second); code != 0 {
-				t.Errorf("%s exited %d, want 0; output:\n%s", s.name, code, s.out.String())
+			if code := s.Exit(t, 30*time.Second); code != 0 {
+				t.Errorf("%s exited %d, want 0; output:\n%s", s.Name, code, s.Out.String())
 			}
 		}
 		recs := r.records()
@@ -108,13 +110,13 @@ func TestE2EKillHolder(t *testing.T) {
 		startA := r.await(10*time.Second, "start", "A", "")
 		bb := r.supervise("B", nil, r.job("B", "-hold", "100ms")...)
 		r.awaitQueue(10*time.Second, 1)
-		waitUntil(t, 5*time.Second, "the job's three sleeps", func() bool { return len(pidsWithArgv("sleep", marker)) == 3 })
+		testkit.WaitFor(t, 5*time.Second, "the job's three sleeps", func() bool { return len(pidsWithArgv("sleep", marker)) == 3 })
 		shDead := deathWatch(t, startA.pid())
 
 		killed := time.Now()
-		a.signal(syscall.SIGKILL)
+		a.Signal(syscall.SIGKILL)
 		var gone time.Time
-		waitUntil(t, 5*time.Second, "the job and its grandchildren to die", func() bool {
+		testkit.WaitFor(t, 5*time.Second, "the job and its grandchildren to die", func() bool {
 			if len(pidsWithArgv("sleep", marker)) == 0 && !alive(startA.pid()) {
 				gone = time.Now()
 				return true
@@ -141,7 +143,7 @@ func TestE2EKillHolder(t *testing.T) {
 		if startB.token <= startA.token {
 			t.Errorf("token did not rise: %d then %d", startA.token, startB.token)
 		}
-		if code := bb.exit(t, 10*time.Second); code != 0 {
+		if code := bb.Exit(t, 10*time.Second); code != 0 {
 			t.Errorf("B exited %d, want 0", code)
 		}
 	})
@@ -164,7 +166,7 @@ func TestE2EStoppedSupervisor(t *testing.T) {
 		died := deathWatch(t, startA.pid())
 
 		stopped := time.Now()
-		a.signal(syscall.SIGSTOP)
+		a.Signal(syscall.SIGSTOP)
 		death := recv(t, died, sessionTimeout+2*time.Second, "the job's death")
 		expiry := recv(t, expired, sessionTimeout+5*time.Second, "the session's expiry (holder node deleted)")
 		startB := r.await(5*time.Second, "start", "B", "")
@@ -187,12 +189,12 @@ func TestE2EStoppedSupervisor(t *testing.T) {
 		if !startB.at.After(death) {
 			t.Errorf("overlap: B started %v before A's job died", death.Sub(startB.at))
 		}
-		a.signal(syscall.SIGCONT)
-		if code := a.exit(t, 15*time.Second); code != 76 {
+		a.Signal(syscall.SIGCONT)
+		if code := a.Exit(t, 15*time.Second); code != 76 {
 			t.Errorf("continued supervisor exited %d, want 76", code)
 		}
-		t.Logf("SIGCONT → supervisor exit 76 after %v", ms(a.ended.Sub(stopped)))
-		if code := bb.exit(t, 10*time.Second); code != 0 {
+		t.Logf("SIGCONT → supervisor exit 76 after %v", ms(a.Ended().Sub(stopped)))
+		if code := bb.Exit(t, 10*time.Second); code != 0 {
 			t.Errorf("B exited %d, want 0", code)
 		}
 	})
@@ -205,12 +207,12 @@ func TestE2EStoppedSupervisor(t *testing.T) {
 func TestE2ECutOff(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b *backend) {
 		r := newRig(t, b)
-		var proxies []*dropProxy
+		var proxies []*testkit.Proxy
 		var via []string
 		for _, s := range b.servers {
-			p := newDropProxy(t, s)
+			p := testkit.StartProxy(t, s)
 			proxies = append(proxies, p)
-			via = append(via, p.addr())
+			via = append(via, p.Addr())
 		}
 		a := r.superviseVia(strings.Join(via, ","), "A", nil, nil, r.job("A", "-forever", "-trap", "TERM")...)
 		startA := r.await(10*time.Second, "start", "A", "")
@@ -221,7 +223,7 @@ func TestE2ECutOff(t *testing.T) {
 
 		cut := time.Now()
 		for _, p := range proxies {
-			p.drop()
+			p.Drop(true)
 		}
 		death := recv(t, died, sessionTimeout+2*time.Second, "the job's death")
 		expiry := recv(t, expired, sessionTimeout+5*time.Second, "the session's expiry")
@@ -236,11 +238,11 @@ func TestE2ECutOff(t *testing.T) {
 		if !death.Before(expiry) || !death.Before(startB.at) {
 			t.Errorf("the job died after the session expired or the next holder started")
 		}
-		if code := a.exit(t, 20*time.Second); code != 76 {
+		if code := a.Exit(t, 20*time.Second); code != 76 {
 			t.Errorf("cut-off supervisor exited %d, want 76", code)
 		}
-		t.Logf("cut → cut-off supervisor exit 76 after %v", ms(a.ended.Sub(cut)))
-		if code := bb.exit(t, 10*time.Second); code != 0 {
+		t.Logf("cut → cut-off supervisor exit 76 after %v", ms(a.Ended().Sub(cut)))
+		if code := bb.Exit(t, 10*time.Second); code != 0 {
 			t.Errorf("B exited %d, want 0", code)
 		}
 	})
@@ -263,17 +265,17 @@ func TestE2ELeaderFailover(t *testing.T) {
 	before := r.state()
 
 	var lead int
-	waitUntil(t, 10*time.Second, "a leader", func() bool { lead = b.leader(); return lead >= 0 })
+	testkit.WaitFor(t, 10*time.Second, "a leader", func() bool { lead = b.leader(); return lead >= 0 })
 	stopped := time.Now()
 	b.stopMember(lead)
-	waitUntil(t, 15*time.Second, "a new leader", func() bool { return b.leader() >= 0 })
+	testkit.WaitFor(t, 15*time.Second, "a new leader", func() bool { return b.leader() >= 0 })
 	t.Logf("leader %d stopped; new leader %d after %v", lead+1, b.leader()+1, ms(time.Since(stopped)))
 	// Every lease proven before the stop ends within one session timeout
 	// of it: the job running past that (polled, failing at once if it
 	// ends) shows the lease was renewed through the new leader.
-	waitUntil(t, timeout+5*time.Second, "the job to outlive the leases proven before the leader stopped", func() bool {
-		if !alive(startA.pid()) || !a.running() {
-			t.Fatalf("the job or its supervisor ended %v after the leader stopped; supervisor output:\n%s", time.Since(stopped), a.out.String())
+	testkit.WaitFor(t, timeout+5*time.Second, "the job to outlive the leases proven before the leader stopped", func() bool {
+		if !alive(startA.pid()) || !a.Running() {
+			t.Fatalf("the job or its supervisor ended %v after the leader stopped; supervisor output:\n%s", time.Since(stopped), a.Out.String())
 		}
 		return time.Since(stopped) > timeout+500*time.Millisecond
 	})
@@ -282,7 +284,7 @@ func TestE2ELeaderFailover(t *testing.T) {
 		t.Fatalf("holder changed across the failover: before %+v after %+v (token %d)", before.Holder, after.Holder, startA.token)
 	}
 	r.touch("finish")
-	if code := a.exit(t, 10*time.Second); code != 0 {
+	if code := a.Exit(t, 10*time.Second); code != 0 {
 		t.Errorf("supervisor exited %d, want 0", code)
 	}
 	if x, ok := r.find("sig", "A", ""); ok {
@@ -304,11 +306,11 @@ func TestE2ESignals(t *testing.T) {
 		r.await(10*time.Second, "start", "A", "")
 		for _, s := range sigs {
 			sent := time.Now()
-			a.signal(sigByName(s))
+			a.Signal(sigByName(s))
 			x := r.await(5*time.Second, "sig", "A", s)
 			t.Logf("SIG%s reached the job after %v", s, ms(x.at.Sub(sent)))
 		}
-		if code := a.exit(t, 10*time.Second); code != 3 {
+		if code := a.Exit(t, 10*time.Second); code != 3 {
 			t.Errorf("supervisor exited %d, want the job's 3", code)
 		}
 	})
@@ -318,9 +320,9 @@ func TestE2ESignals(t *testing.T) {
 			label := "die-" + s
 			a := r.supervise(label, nil, r.job(label, "-forever", "-trap", s, "-die", s)...)
 			r.await(10*time.Second, "start", label, "")
-			a.signal(sigByName(s))
+			a.Signal(sigByName(s))
 			want := 128 + int(sigByName(s))
-			if code := a.exit(t, 10*time.Second); code != want {
+			if code := a.Exit(t, 10*time.Second); code != want {
 				t.Errorf("SIG%s: supervisor exited %d, want %d", s, code, want)
 			}
 		}
@@ -338,13 +340,13 @@ func TestE2ESignals(t *testing.T) {
 		a := r.supervise("A", nil, "sh", "-c", script)
 		r.await(10*time.Second, "start", "A", "")
 		for _, s := range []string{"USR1", "HUP", "INT"} {
-			a.signal(sigByName(s))
-			if !pollFor(2*time.Second, func() bool { _, ok := r.find("sig", "A", s); return ok }) {
+			a.Signal(sigByName(s))
+			if !testkit.Poll(2*time.Second, func() bool { _, ok := r.find("sig", "A", s); return ok }) {
 				t.Errorf("SIG%s sent to the supervisor never reached the shell job's trap; the job's ignored signals: %s", s, sigIgn(jobPid(r)))
 			}
 		}
-		a.signal(syscall.SIGTERM)
-		if code := a.exit(t, 10*time.Second); code != 7 {
+		a.Signal(syscall.SIGTERM)
+		if code := a.Exit(t, 10*time.Second); code != 7 {
 			t.Errorf("supervisor exited %d, want the job's 7", code)
 		}
 	})
@@ -352,16 +354,16 @@ func TestE2ESignals(t *testing.T) {
 		r := newRig(t, sharedCoordrun(t))
 		marker := uniqueSleep()
 		a := r.supervise("A", nil, "sleep", marker)
-		waitUntil(t, 10*time.Second, "the job", func() bool { return len(pidsWithArgv("sleep", marker)) == 1 })
+		testkit.WaitFor(t, 10*time.Second, "the job", func() bool { return len(pidsWithArgv("sleep", marker)) == 1 })
 		pid := pidsWithArgv("sleep", marker)[0]
-		a.signal(syscall.SIGINT)
-		if !pollFor(2*time.Second, func() bool { return !a.running() }) {
+		a.Signal(syscall.SIGINT)
+		if !testkit.Poll(2*time.Second, func() bool { return !a.Running() }) {
 			t.Errorf("`coordrun run -- sleep` ignores Ctrl-C: SIGINT forwarded, the job lives on; its ignored signals: %s", sigIgn(pid))
-			a.signal(syscall.SIGTERM)
-		} else if code := a.exit(t, time.Second); code != 130 {
+			a.Signal(syscall.SIGTERM)
+		} else if code := a.Exit(t, time.Second); code != 130 {
 			t.Errorf("supervisor exited %d after SIGINT, want 130", code)
 		}
-		a.exit(t, 10*time.Second)
+		a.Exit(t, 10*time.Second)
 	})
 	t.Run("waiting", func(t *testing.T) {
 		forEachBackend(t, func(t *testing.T, b *backend) {
@@ -370,18 +372,18 @@ func TestE2ESignals(t *testing.T) {
 			r.await(10*time.Second, "start", "A", "")
 			w := r.supervise("W", nil, r.job("W", "-hold", "0s")...)
 			var ls = r.statusJSON()
-			if !pollFor(10*time.Second, func() bool {
+			if !testkit.Poll(10*time.Second, func() bool {
 				ls = r.statusJSON()
-				return len(ls.Waiters) == 1 && ls.Waiters[0].Info.PID == w.pid()
+				return len(ls.Waiters) == 1 && ls.Waiters[0].Info.PID == w.Pid()
 			}) {
-				t.Fatalf("W (pid %d) not queued per coordrun status --json after 10s: holder %+v waiters %+v", w.pid(), ls.Holder, ls.Waiters)
+				t.Fatalf("W (pid %d) not queued per coordrun status --json after 10s: holder %+v waiters %+v", w.Pid(), ls.Holder, ls.Waiters)
 			}
 			sent := time.Now()
-			w.signal(syscall.SIGTERM)
-			if code := w.exit(t, 5*time.Second); code != 143 {
+			w.Signal(syscall.SIGTERM)
+			if code := w.Exit(t, 5*time.Second); code != 143 {
 				t.Errorf("waiting supervisor exited %d on SIGTERM, want 143", code)
 			}
-			t.Logf("waiting supervisor left after SIGTERM in %v", ms(w.ended.Sub(sent)))
+			t.Logf("waiting supervisor left after SIGTERM in %v", ms(w.Ended().Sub(sent)))
 			ls = r.statusJSON()
 			if len(ls.Waiters) != 0 || ls.Holder == nil {
 				t.Errorf("after SIGTERM: holder %+v waiters %+v, want the holder alone", ls.Holder, ls.Waiters)
@@ -401,31 +403,17 @@ func TestE2ESignals(t *testing.T) {
 		r.await(10*time.Second, "start", "A", "")
 		w := r.supervise("W", nil, r.job("W", "-hold", "0s")...)
 		var armed []int
-		waitUntil(t, 10*time.Second, "W's armed watchdog", func() bool {
-			armed = childrenOf(w.pid())
+		testkit.WaitFor(t, 10*time.Second, "W's armed watchdog", func() bool {
+			armed = childrenOf(w.Pid())
 			return len(armed) == 1
 		})
-		w.signal(syscall.SIGKILL)
-		w.exit(t, 5*time.Second)
-		waitUntil(t, 5*time.Second, "the armed watchdog to exit with its supervisor", func() bool { return !alive(armed[0]) })
+		w.Signal(syscall.SIGKILL)
+		w.Exit(t, 5*time.Second)
+		testkit.WaitFor(t, 5*time.Second, "the armed watchdog to exit with its supervisor", func() bool { return !alive(armed[0]) })
 		if _, ok := r.find("start", "W", ""); ok {
 			t.Errorf("the killed supervisor's job ran")
 		}
 	})
-}
-
-// pollFor polls cond until it holds (true) or d passes (false).
-func pollFor(d time.Duration, cond func() bool) bool {
-	deadline := time.Now().Add(d)
-	tick := time.NewTicker(5 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		if time.Now().After(deadline) {
-			return false
-		}
-		<-tick.C
-	}
-	return true
 }
 
 // jobPid is the pid in the rig's first start record, or 0.
@@ -459,19 +447,19 @@ func TestE2ETryTimeoutLockDelay(t *testing.T) {
 		startA := r.await(10*time.Second, "start", "A", "")
 
 		try := r.supervise("try", []string{"--try"}, r.job("try")...)
-		if code := try.exit(t, 10*time.Second); code != 75 {
+		if code := try.Exit(t, 10*time.Second); code != 75 {
 			t.Errorf("--try exited %d, want 75", code)
 		}
-		t.Logf("--try: exit 75 after %v (process start to exit)", ms(try.ended.Sub(try.started)))
-		if d := try.ended.Sub(try.started); d > 3*time.Second {
+		t.Logf("--try: exit 75 after %v (process start to exit)", ms(try.Ended().Sub(try.Started)))
+		if d := try.Ended().Sub(try.Started); d > 3*time.Second {
 			t.Errorf("--try took %v", d)
 		}
 
 		to := r.supervise("timeout", []string{"--timeout", "500ms"}, r.job("timeout")...)
-		if code := to.exit(t, 10*time.Second); code != 75 {
+		if code := to.Exit(t, 10*time.Second); code != 75 {
 			t.Errorf("--timeout 500ms exited %d, want 75", code)
 		}
-		d := to.ended.Sub(to.started)
+		d := to.Ended().Sub(to.Started)
 		t.Logf("--timeout 500ms: exit 75 after %v (process start to exit)", ms(d))
 		if d < 500*time.Millisecond || d > 3*time.Second {
 			t.Errorf("--timeout 500ms gave up after %v", d)
@@ -487,7 +475,7 @@ func TestE2ETryTimeoutLockDelay(t *testing.T) {
 		c := r.supervise("C", []string{"--lock-delay", delay.String()}, r.job("C", "-after", r.path("gateC"))...)
 		ls := r.awaitQueue(10*time.Second, 1)
 		expired := r.watchGone(ls.Holder.Node)
-		a.signal(syscall.SIGKILL)
+		a.Signal(syscall.SIGKILL)
 		expiry := recv(t, expired, sessionTimeout+5*time.Second, "A's session to expire")
 		startC := r.await(delay+5*time.Second, "start", "C", "")
 		t.Logf("after a crash: session expired → next holder starts %v (lock-delay %v)", ms(startC.at.Sub(expiry)), delay)
@@ -512,8 +500,8 @@ func TestE2ETryTimeoutLockDelay(t *testing.T) {
 			t.Errorf("after a clean release the next holder waited %v (lock-delay %v must not apply)", g, delay)
 		}
 		for _, p := range []*proc{c, dd} {
-			if code := p.exit(t, 10*time.Second); code != 0 {
-				t.Errorf("%s exited %d, want 0", p.name, code)
+			if code := p.Exit(t, 10*time.Second); code != 0 {
+				t.Errorf("%s exited %d, want 0", p.Name, code)
 			}
 		}
 	})
@@ -559,7 +547,7 @@ func TestE2EFencedStore(t *testing.T) {
 		}, "\n")
 		a := r.superviseVia(b.serverArg(), "A", nil, env, "sh", "-c", scriptA)
 		startA := r.await(10*time.Second, "start", "A", "")
-		waitUntil(t, 10*time.Second, "A's first write", func() bool {
+		testkit.WaitFor(t, 10*time.Second, "A's first write", func() bool {
 			data, _ := os.ReadFile(filepath.Join(store, "data.log"))
 			return strings.Contains(string(data), "A: first half")
 		})
@@ -570,24 +558,24 @@ func TestE2EFencedStore(t *testing.T) {
 		// Freeze A's host: the job's group, the watchdog, the supervisor.
 		pgid := startA.pid()
 		var watchdog int
-		for _, p := range childrenOf(a.pid()) {
+		for _, p := range childrenOf(a.Pid()) {
 			if p != pgid {
 				watchdog = p
 			}
 		}
 		if watchdog == 0 || procParent(pgid) != watchdog {
-			t.Fatalf("cannot find A's watchdog: supervisor %d, children %v, job %d (parent %d)", a.pid(), childrenOf(a.pid()), pgid, procParent(pgid))
+			t.Fatalf("cannot find A's watchdog: supervisor %d, children %v, job %d (parent %d)", a.Pid(), childrenOf(a.Pid()), pgid, procParent(pgid))
 		}
 		frozen := time.Now()
 		_ = syscall.Kill(-pgid, syscall.SIGSTOP)
 		_ = syscall.Kill(watchdog, syscall.SIGSTOP)
-		a.signal(syscall.SIGSTOP)
+		a.Signal(syscall.SIGSTOP)
 		r.touch("thaw") // what the job will see first when it resumes
 
 		expiry := recv(t, expired, sessionTimeout+5*time.Second, "A's session to expire")
 		wroteB := r.await(10*time.Second, "wrote", "B", "")
 		startB, _ := r.find("start", "B", "")
-		if code := bb.exit(t, 10*time.Second); code != 0 || wroteB.extra != "0" {
+		if code := bb.Exit(t, 10*time.Second); code != 0 || wroteB.extra != "0" {
 			t.Errorf("B: write.sh exit %s, supervisor exit %d; want 0 and 0", wroteB.extra, code)
 		}
 		t.Logf("freeze → A's session expired %v, B (token %d > %d) wrote %v", ms(expiry.Sub(frozen)), startB.token, startA.token, ms(wroteB.at.Sub(frozen)))
@@ -600,11 +588,11 @@ func TestE2EFencedStore(t *testing.T) {
 			t.Errorf("A's late write.sh exited %s, want 77 (stale token)", wroteA.extra)
 		}
 		_ = syscall.Kill(watchdog, syscall.SIGCONT)
-		a.signal(syscall.SIGCONT)
+		a.Signal(syscall.SIGCONT)
 		// Its session is gone: 76, whatever the job's own end. (Seen: 77,
 		// about every other run — the watchdog, resumed, may report the
 		// job's exit before noticing the deadline has passed.)
-		if code := a.exit(t, 15*time.Second); code != 76 {
+		if code := a.Exit(t, 15*time.Second); code != 76 {
 			t.Errorf("A's supervisor exited %d after the thaw, want 76 (session lost): a job that ended past its lease was reported as a normal exit", code)
 		}
 		data, _ := os.ReadFile(filepath.Join(store, "data.log"))

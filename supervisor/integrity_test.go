@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/coordrun/coordrun/ensemble/wire"
+	"github.com/coordrun/coordrun/internal/testkit"
 	"github.com/coordrun/coordrun/supervisor"
 	"github.com/go-zookeeper/zk"
 )
@@ -27,22 +28,8 @@ import (
 // foreign is a go-zookeeper session with no credentials.
 func foreign(t *testing.T, b *backend) *zk.Conn {
 	t.Helper()
-	conn, events, err := zk.Connect(b.servers, 10*time.Second, zk.WithLogger(zkQuiet{}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(conn.Close)
-	go func() {
-		for range events {
-		}
-	}()
-	waitUntil(t, 10*time.Second, "a go-zookeeper session", func() bool { return conn.State() == zk.StateHasSession })
-	return conn
+	return testkit.DialZK(t, b.servers, 10*time.Second)
 }
-
-type zkQuiet struct{}
-
-func (zkQuiet) Printf(string, ...any) {}
 
 // lifeWatch polls pid every millisecond; last reports the latest moment
 // it was seen alive. A start of the next job before that moment is a
@@ -157,7 +144,7 @@ func foreignDelete(t *testing.T, b *backend, mode string) {
 	case "run-then-queue":
 		del(run)
 		awaitTERM()
-		waitUntil(t, 5*time.Second, "the holder to take its run node back", func() bool {
+		testkit.WaitFor(t, 5*time.Second, "the holder to take its run node back", func() bool {
 			_, st, err := conn.Get(run)
 			return err == nil && st.EphemeralOwner != 0
 		})
@@ -177,11 +164,11 @@ func foreignDelete(t *testing.T, b *backend, mode string) {
 		t.Fatalf("the holder's job still runs %v after the foreign %s", time.Since(deleted), mode)
 	}
 	jobGone := life.last()
-	if code := a.exit(t, 10*time.Second); code != supervisor.ExitLockLost {
-		t.Errorf("holder exited %d, want %d (lock lost); output:\n%s", code, supervisor.ExitLockLost, a.out.String())
+	if code := a.Exit(t, 10*time.Second); code != supervisor.ExitLockLost {
+		t.Errorf("holder exited %d, want %d (lock lost); output:\n%s", code, supervisor.ExitLockLost, a.Out.String())
 	}
-	if !strings.Contains(a.out.String(), "lock lost") {
-		t.Errorf("holder's log does not say the lock was lost:\n%s", a.out.String())
+	if !strings.Contains(a.Out.String(), "lock lost") {
+		t.Errorf("holder's log does not say the lock was lost:\n%s", a.Out.String())
 	}
 	startB := r.await(sessionTimeout+killGrace+5*time.Second, "start", "B", "")
 	if !startB.at.After(jobGone) {
@@ -195,7 +182,7 @@ func foreignDelete(t *testing.T, b *backend, mode string) {
 	if st := r.state(); st.Holder == nil || !st.Holder.Holding || st.Holder.Token != startB.token {
 		t.Errorf("B's job runs with token %d, but the lock is held by %+v", startB.token, st.Holder)
 	}
-	if code := bb.exit(t, 10*time.Second); code != 0 {
+	if code := bb.Exit(t, 10*time.Second); code != 0 {
 		t.Errorf("B exited %d, want 0", code)
 	}
 	term := "-"
@@ -249,10 +236,10 @@ func TestE2EACL(t *testing.T) {
 		}
 		// Other credentials cannot join.
 		other := r.supervise("C", []string{"--auth", "eve:pw"}, r.job("C")...)
-		if code := other.exit(t, 15*time.Second); code != supervisor.ExitUsage {
-			t.Errorf("a supervisor with other credentials exited %d, want %d; output:\n%s", code, supervisor.ExitUsage, other.out.String())
+		if code := other.Exit(t, 15*time.Second); code != supervisor.ExitUsage {
+			t.Errorf("a supervisor with other credentials exited %d, want %d; output:\n%s", code, supervisor.ExitUsage, other.Out.String())
 		}
-		out := other.out.String()
+		out := other.Out.String()
 		for _, want := range []string{dir, "digest:ops:", "no permission"} {
 			if !strings.Contains(out, want) {
 				t.Errorf("refusal does not name %q:\n%s", want, out)
@@ -270,19 +257,19 @@ func TestE2EACL(t *testing.T) {
 			t.Fatal(err)
 		}
 		p := r.startProc("P", nil, e2eBin, append(append(r.runFlags(b.serverArg()), "--name", r.lock+"-pre"), append(auth, "--", "true")...)...)
-		if code := p.exit(t, 15*time.Second); code != 0 {
-			t.Errorf("supervisor on a provisioned folder exited %d:\n%s", code, p.out.String())
+		if code := p.Exit(t, 15*time.Second); code != 0 {
+			t.Errorf("supervisor on a provisioned folder exited %d:\n%s", code, p.Out.String())
 		}
-		if !strings.Contains(p.out.String(), "another ACL than configured") {
-			t.Errorf("supervisor did not report the folder's other ACL:\n%s", p.out.String())
+		if !strings.Contains(p.Out.String(), "another ACL than configured") {
+			t.Errorf("supervisor did not report the folder's other ACL:\n%s", p.Out.String())
 		}
 		if got, _, err := conn.GetACL(pre); err != nil || len(got) != 2 || got[1].Perms != zk.PermRead|zk.PermCreate {
 			t.Errorf("provisioned folder's ACL now %+v (%v), want it unchanged", got, err)
 		}
 		r.touch("go")
 		for _, p := range []*proc{a, bb} {
-			if code := p.exit(t, 10*time.Second); code != 0 {
-				t.Errorf("%s exited %d, want 0", p.name, code)
+			if code := p.Exit(t, 10*time.Second); code != 0 {
+				t.Errorf("%s exited %d, want 0", p.Name, code)
 			}
 		}
 		t.Logf("foreign client refused on every write; status readable; other credentials refused: %s", firstLine(out, "no permission"))
@@ -319,8 +306,8 @@ func TestE2ESignalAtAcquisition(t *testing.T) {
 		delay := max(0, handoff+time.Duration(rand.IntN(16000)-8000)*time.Microsecond)
 		released := time.Now()
 		r.touch("release")
-		time.AfterFunc(delay, func() { bb.signal(syscall.SIGTERM) })
-		code := bb.exit(t, 15*time.Second)
+		time.AfterFunc(delay, func() { bb.Signal(syscall.SIGTERM) })
+		code := bb.Exit(t, 15*time.Second)
 		startB, started := r.find("start", "B", "")
 		if started {
 			handoff = (handoff + startB.at.Sub(released)) / 2
@@ -337,7 +324,7 @@ func TestE2ESignalAtAcquisition(t *testing.T) {
 		if code != 128+int(syscall.SIGTERM) {
 			t.Errorf("trial %d: B exited %d, want %d", i, code, 128+int(syscall.SIGTERM))
 		}
-		if code := a.exit(t, 10*time.Second); code != 0 {
+		if code := a.Exit(t, 10*time.Second); code != 0 {
 			t.Errorf("trial %d: A exited %d", i, code)
 		}
 	}
@@ -392,7 +379,7 @@ func TestCronForeignDelete(t *testing.T) {
 			conn := foreign(t, b)
 			firings := path.Join(root, job, "firings")
 			var running string
-			waitUntil(t, 5*time.Second, "the firing's record to say running", func() bool {
+			testkit.WaitFor(t, 5*time.Second, "the firing's record to say running", func() bool {
 				kids, _, err := conn.Children(firings)
 				if err != nil {
 					return false
@@ -435,11 +422,11 @@ func TestCronForeignDelete(t *testing.T) {
 				t.Fatalf("the firing's job still runs %v after its record was deleted", time.Since(deleted))
 			}
 			t.Logf("firing record deleted → its job gone %v (kill grace %v)", ms(life.last().Sub(deleted)), cronKillGrace)
-			if !procs[0].running() {
-				t.Fatalf("the cron host exited (%d) after losing one firing; output:\n%s", procs[0].cmd.ProcessState.ExitCode(), procs[0].out.String())
+			if !procs[0].Running() {
+				t.Fatalf("the cron host exited (%d) after losing one firing; output:\n%s", procs[0].ExitCode(), procs[0].Out.String())
 			}
-			if !strings.Contains(procs[0].out.String(), "lock lost") {
-				t.Errorf("the cron host's log does not say the firing was lost:\n%s", procs[0].out.String())
+			if !strings.Contains(procs[0].Out.String(), "lock lost") {
+				t.Errorf("the cron host's log does not say the firing was lost:\n%s", procs[0].Out.String())
 			}
 			cronStopProcs(t, procs)
 		})

@@ -1,7 +1,7 @@
 package supervisor_test
 
 // Packet loss in the kernel around the lock's holder: a 3-member ensemble
-// of `coordrun server` processes (ensemble/chaos), several `coordrun run`
+// of `coordrun server` processes (internal/chaos), several `coordrun run`
 // supervisors looping on one lock, and iptables DROP rules
 // (internal/netfault) on the members' loopback addresses while a job runs.
 // Unlike a proxy's cut, a dropped packet leaves every socket open and
@@ -34,9 +34,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/coordrun/coordrun/ensemble/chaos"
 	"github.com/coordrun/coordrun/fencing"
+	"github.com/coordrun/coordrun/internal/chaos"
 	"github.com/coordrun/coordrun/internal/netfault"
+	"github.com/coordrun/coordrun/internal/testkit"
 	"github.com/coordrun/coordrun/supervisor"
 )
 
@@ -313,22 +314,7 @@ func TestPacketLoss(t *testing.T) {
 			os.RemoveAll(dir)
 		}
 	})
-	clusterLog, err := os.Create(filepath.Join(dir, "cluster.log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { clusterLog.Close() })
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	// The raft timing of TestChaosSingleton, for the same reason: with the
-	// defaults a loaded machine changes leaders every few seconds by
-	// itself.
-	members, err := chaos.Start(ctx, chaos.Config{Bin: e2eBin, Dir: filepath.Join(dir, "ensemble"), Members: 3, Log: clusterLog,
-		Args: []string{"--heartbeat-timeout", "1s", "--election-timeout", "1s"}})
-	cancel()
-	if err != nil {
-		t.Fatalf("starting the ensemble: %v", err)
-	}
-	t.Cleanup(members.Close)
+	members := startServerProcesses(t, dir)
 	for _, sc := range plossScenarios {
 		t.Run(sc.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -399,8 +385,8 @@ func (w *plossWorld) hostLoop(k int, rng *rand.Rand) {
 		w.live[label] = sup
 		w.mu.Unlock()
 
-		<-sup.done
-		code := sup.cmd.ProcessState.ExitCode()
+		<-sup.Done()
+		code := sup.ExitCode()
 		out := takeOutput(sup)
 		w.mu.Lock()
 		delete(w.live, label)
@@ -434,7 +420,7 @@ func (w *plossWorld) shutdown() {
 		for {
 			w.mu.Lock()
 			for _, p := range w.live {
-				p.signal(syscall.SIGKILL)
+				p.Signal(syscall.SIGKILL)
 			}
 			w.mu.Unlock()
 			select {
@@ -465,7 +451,7 @@ func (w *plossWorld) pin() (chaosRec, *proc) {
 		w.t.Fatal(err)
 	}
 	var target chaosRec
-	waitUntil(w.t, 30*time.Second, "a job to claim the pin", func() bool {
+	testkit.WaitFor(w.t, 30*time.Second, "a job to claim the pin", func() bool {
 		for _, x := range readChaosRecs(filepath.Join(w.dir, plossRuns)) {
 			if x.kind == "start" && len(x.extra) > 0 && x.extra[0] == "1" {
 				target = x
@@ -475,7 +461,7 @@ func (w *plossWorld) pin() (chaosRec, *proc) {
 		return false
 	})
 	var sup *proc
-	waitUntil(w.t, 10*time.Second, "supervisor "+target.host+" to be registered", func() bool {
+	testkit.WaitFor(w.t, 10*time.Second, "supervisor "+target.host+" to be registered", func() bool {
 		w.mu.Lock()
 		defer w.mu.Unlock()
 		sup = w.live[target.host]
@@ -563,11 +549,11 @@ func (w *plossWorld) scenario(sc plossScenario) {
 	t := w.t
 	t.Helper()
 	rng := rand.New(rand.NewSource(w.seed))
-	waitUntil(t, 30*time.Second, "the first run", func() bool { _, ok := w.startAfter(-1); return ok })
+	testkit.WaitFor(t, 30*time.Second, "the first run", func() bool { _, ok := w.startAfter(-1); return ok })
 	target, sup := w.pin()
 	holder := -1
-	waitUntil(t, 10*time.Second, "the holder's connection to one member", func() bool {
-		holder = w.memberOf(sup.pid())
+	testkit.WaitFor(t, 10*time.Second, "the holder's connection to one member", func() bool {
+		holder = w.memberOf(sup.Pid())
 		return holder >= 0
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -592,14 +578,14 @@ func (w *plossWorld) scenario(sc plossScenario) {
 	supExited := time.Duration(-1)
 	select {
 	case <-timer.C:
-	case <-sup.done:
+	case <-sup.Done():
 		supExited = time.Since(faulted)
 		<-timer.C
 	}
-	survived := alive(target.pid) && sup.running()
+	survived := alive(target.pid) && sup.Running()
 	movedTo := -1 // where the holder's session is at the heal; -1: nowhere (or in between)
-	if sup.running() {
-		movedTo = w.memberOf(sup.pid())
+	if sup.Running() {
+		movedTo = w.memberOf(sup.Pid())
 	}
 	if err := w.nf.Heal(); err != nil {
 		t.Fatal(err)
@@ -607,14 +593,14 @@ func (w *plossWorld) scenario(sc plossScenario) {
 	if !sc.endAtFault && alive(target.pid) {
 		w.endJob(target.pid)
 	}
-	code := sup.exit(t, 30*time.Second)
+	code := sup.Exit(t, 30*time.Second)
 	if supExited < 0 {
-		supExited = sup.ended.Sub(faulted)
+		supExited = sup.Ended().Sub(faulted)
 	}
 	// The next holder, or (if none comes) the lock left unheld to the end
 	// of the wait, which the gap check then reports.
 	succ, ok := chaosRec{}, false
-	pollFor(3*plossTimeout, func() bool { succ, ok = w.startAfter(target.token); return ok })
+	testkit.Poll(3*plossTimeout, func() bool { succ, ok = w.startAfter(target.token); return ok })
 	until := supervisor.BoottimeNow()
 	w.shutdown()
 

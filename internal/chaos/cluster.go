@@ -8,7 +8,7 @@
 // TestChaos runs a short round (3 members, 20s of faults) in every test
 // run. A longer one:
 //
-//	COORDRUN_CHAOS_DURATION=5m COORDRUN_CHAOS_MEMBERS=5 go test -run Chaos -v -timeout 30m ./ensemble/chaos
+//	COORDRUN_CHAOS_DURATION=5m COORDRUN_CHAOS_MEMBERS=5 go test -run Chaos -v -timeout 30m ./internal/chaos
 //
 // Every run prints its seed; COORDRUN_CHAOS_SEED repeats its fault
 // schedule (the interleaving of the clients is up to the machine). When a
@@ -39,7 +39,9 @@ import (
 	"time"
 
 	"github.com/coordrun/coordrun/ensemble"
+	"github.com/coordrun/coordrun/ensemble/client"
 	"github.com/coordrun/coordrun/ensemble/tree"
+	"github.com/coordrun/coordrun/internal/testkit"
 )
 
 // Config describes a cluster to start.
@@ -58,6 +60,7 @@ type Cluster struct {
 	cfg     Config
 	bin     string
 	members []*member
+	layout  testkit.ProcessEnsemble // the members' own addresses; peers dial the proxies
 
 	// mu guards the network policy below; procMu the processes.
 	mu        sync.Mutex
@@ -69,10 +72,9 @@ type Cluster struct {
 type member struct {
 	idx                   int
 	id, ip, dir, logPath  string
-	clientReal, peerReal  string // where the process listens
-	clientProxy, peerProx *proxy // what clients and the other members dial
-	cmd                   *exec.Cmd
-	exited                chan struct{}
+	clientReal, peerReal  string         // where the process listens
+	clientProxy, peerProx *testkit.Proxy // what clients and the other members dial
+	proc                  *testkit.Process
 	paused                bool
 	join                  bool // rebuilt: its data dir came from the others
 }
@@ -86,35 +88,6 @@ func (c *Cluster) logf(format string, args ...any) {
 	}
 }
 
-// BuildBinary builds cmd/coordrun of the module this package belongs to
-// into dir and returns the binary's path.
-func BuildBinary(dir string) (string, error) {
-	out, err := exec.Command("go", "env", "GOMOD").Output()
-	if err != nil {
-		return "", fmt.Errorf("go env GOMOD: %w", err)
-	}
-	root := filepath.Dir(strings.TrimSpace(string(out)))
-	bin := filepath.Join(dir, "coordrun")
-	cmd := exec.Command("go", "build", "-o", bin, "./cmd/coordrun")
-	cmd.Dir = root
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go build ./cmd/coordrun: %v\n%s", err, out)
-	}
-	return bin, nil
-}
-
-// freePort finds a port free on ip. The member binds it a moment later;
-// nothing else on these private addresses competes for it.
-func freePort(ip string) (string, error) {
-	ln, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
-	if err != nil {
-		return "", err
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	return addr, nil
-}
-
 // Start launches the members and waits until the ensemble is healthy.
 func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	if cfg.Members == 0 {
@@ -125,10 +98,7 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	}
 	c := &Cluster{cfg: cfg, bin: cfg.Bin}
 	if c.bin == "" {
-		c.bin = os.Getenv("COORDRUN_BIN")
-	}
-	if c.bin == "" {
-		b, err := BuildBinary(cfg.Dir)
+		b, err := testkit.Binary(cfg.Dir)
 		if err != nil {
 			return nil, err
 		}
@@ -152,6 +122,7 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 		}
 		return -1
 	}
+	c.layout = testkit.ProcessEnsemble{Bin: c.bin, Args: append([]string{"--min-session-timeout", "2s", "--log-level", "warn"}, cfg.Args...)}
 	for i := 0; i < n; i++ {
 		m := &member{idx: i, id: strconv.Itoa(i + 1), ip: memberIP(i)}
 		m.dir = filepath.Join(cfg.Dir, "member-"+m.id)
@@ -160,29 +131,37 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 			c.Close()
 			return nil, err
 		}
-		var err error
-		if m.clientReal, err = freePort(m.ip); err != nil {
+		// The member binds them a moment later; nothing else on its
+		// private address competes for them.
+		addrs, err := testkit.FindFreeAddrs(m.ip, 2)
+		if err != nil {
 			c.Close()
 			return nil, fmt.Errorf("chaos: loopback address %s: %w", m.ip, err)
 		}
-		if m.peerReal, err = freePort(m.ip); err != nil {
-			c.Close()
-			return nil, err
-		}
+		m.clientReal, m.peerReal = addrs[0], addrs[1]
 		idx := i
-		m.clientProxy, err = newProxy(net.JoinHostPort(m.ip, "0"), m.clientReal, idx,
-			func(net.Addr) int { return -1 },
-			func(int, int) bool { return c.clientsCut(idx) })
+		m.clientProxy, err = testkit.NewProxy(testkit.ProxyConfig{Listen: net.JoinHostPort(m.ip, "0"), Target: m.clientReal,
+			Drop: func(net.Addr, bool) bool { return c.clientsCut(idx) }})
 		if err != nil {
 			c.Close()
 			return nil, err
 		}
-		m.peerProx, err = newProxy(net.JoinHostPort(m.ip, "0"), m.peerReal, idx, source, c.blocked)
+		m.peerProx, err = testkit.NewProxy(testkit.ProxyConfig{Listen: net.JoinHostPort(m.ip, "0"), Target: m.peerReal,
+			Drop: func(src net.Addr, up bool) bool {
+				if up {
+					return c.blocked(source(src), idx)
+				}
+				return c.blocked(idx, source(src))
+			}})
 		if err != nil {
 			c.Close()
 			return nil, err
 		}
 		c.members = append(c.members, m)
+		c.layout.Dirs = append(c.layout.Dirs, m.dir)
+		c.layout.ClientAddrs = append(c.layout.ClientAddrs, m.clientReal)
+		c.layout.PeerAddrs = append(c.layout.PeerAddrs, m.peerReal)
+		c.layout.PeerDial = append(c.layout.PeerDial, m.peerProx.Addr())
 	}
 	for _, m := range c.members {
 		if err := c.startMember(m); err != nil {
@@ -198,28 +177,17 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	return c, nil
 }
 
-func (c *Cluster) peersFlag() string {
-	var parts []string
-	for _, m := range c.members {
-		parts = append(parts, m.id+"="+m.peerProx.addr())
-	}
-	return strings.Join(parts, ",")
-}
-
 // startMember starts m's process and waits until its client port answers.
 func (c *Cluster) startMember(m *member) error {
 	c.procMu.Lock()
 	defer c.procMu.Unlock()
-	if m.cmd != nil {
+	if m.proc != nil {
 		return fmt.Errorf("chaos: member %s is running", m.id)
 	}
-	args := []string{"server", "--id", m.id, "--data-dir", m.dir,
-		"--client-addr", m.clientReal, "--peer-addr", m.peerReal, "--peers", c.peersFlag(),
-		"--min-session-timeout", "2s", "--log-level", "warn"}
+	var extra []string
 	if m.join {
-		args = append(args, "--join")
+		extra = append(extra, "--join")
 	}
-	args = append(args, c.cfg.Args...)
 	if err := os.MkdirAll(m.dir, 0o755); err != nil {
 		return err
 	}
@@ -227,28 +195,19 @@ func (c *Cluster) startMember(m *member) error {
 	if err != nil {
 		return err
 	}
-	cmd := exec.Command(c.bin, args...)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	// A test binary that dies leaves no member behind.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		logf.Close()
+	p, err := c.layout.Start(m.idx, logf, extra...)
+	logf.Close() // the member has its own copy
+	if err != nil {
 		return err
 	}
-	exited := make(chan struct{})
-	go func() {
-		_ = cmd.Wait()
-		logf.Close()
-		close(exited)
-	}()
-	m.cmd, m.exited, m.paused = cmd, exited, false
+	m.proc, m.paused = p, false
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		if out, err := fourLetter(m.clientReal, "ruok", time.Second); err == nil && out == "imok" {
+		if out, err := ask(m.clientReal, "ruok", time.Second); err == nil && out == "imok" {
 			return nil
 		}
 		select {
-		case <-exited:
+		case <-p.Done():
 			return fmt.Errorf("chaos: member %s exited at start (see %s)", m.id, m.logPath)
 		case <-time.After(50 * time.Millisecond):
 		}
@@ -275,8 +234,8 @@ func (c *Cluster) clientsCut(i int) bool {
 
 func (c *Cluster) reconsider() {
 	for _, m := range c.members {
-		m.peerProx.reconsider()
-		m.clientProxy.reconsider()
+		m.peerProx.Reconsider()
+		m.clientProxy.Reconsider()
 	}
 }
 
@@ -299,7 +258,7 @@ func (c *Cluster) Servers() string {
 }
 
 // ClientAddr is member i's client address through its proxy.
-func (c *Cluster) ClientAddr(i int) string { return c.members[i].clientProxy.addr() }
+func (c *Cluster) ClientAddr(i int) string { return c.members[i].clientProxy.Addr() }
 
 // DirectClientAddr is member i's own client port, which no fault cuts.
 func (c *Cluster) DirectClientAddr(i int) string { return c.members[i].clientReal }
@@ -312,13 +271,13 @@ func (c *Cluster) IP(i int) string { return c.members[i].ip }
 // PeerAddr is member i's peer address through its proxy: what the other
 // members dial, so also the source address of the bytes they receive from
 // member i.
-func (c *Cluster) PeerAddr(i int) string { return c.members[i].peerProx.addr() }
+func (c *Cluster) PeerAddr(i int) string { return c.members[i].peerProx.Addr() }
 
 // Running reports whether member i's process is up (paused counts as up).
 func (c *Cluster) Running(i int) bool {
 	c.procMu.Lock()
 	defer c.procMu.Unlock()
-	return c.members[i].cmd != nil
+	return c.members[i].proc != nil
 }
 
 // Leader is the index of the member that reports itself leader, once
@@ -343,7 +302,7 @@ func (c *Cluster) leaders() []int {
 		if !c.Running(i) || c.isPaused(i) {
 			continue
 		}
-		s, err := fourLetter(m.clientReal, "srvr", time.Second)
+		s, err := ask(m.clientReal, "srvr", time.Second)
 		if err == nil && strings.Contains(s, "Mode: leader") {
 			out = append(out, i)
 		}
@@ -361,18 +320,17 @@ func (c *Cluster) isPaused(i int) bool {
 func (c *Cluster) Kill(i int) error {
 	c.procMu.Lock()
 	m := c.members[i]
-	cmd, exited := m.cmd, m.exited
+	p := m.proc
 	c.procMu.Unlock()
-	if cmd == nil {
+	if p == nil {
 		return nil
 	}
-	_ = cmd.Process.Signal(syscall.SIGKILL)
-	<-exited
+	p.Kill()
 	c.procMu.Lock()
-	m.cmd, m.paused = nil, false
+	m.proc, m.paused = nil, false
 	c.procMu.Unlock()
-	m.clientProxy.dropAll()
-	m.peerProx.dropAll()
+	m.clientProxy.Cut()
+	m.peerProx.Cut()
 	return nil
 }
 
@@ -383,10 +341,10 @@ func (c *Cluster) signal(i int, sig syscall.Signal, paused bool) error {
 	c.procMu.Lock()
 	defer c.procMu.Unlock()
 	m := c.members[i]
-	if m.cmd == nil {
+	if m.proc == nil {
 		return fmt.Errorf("chaos: member %s is not running", m.id)
 	}
-	if err := m.cmd.Process.Signal(sig); err != nil {
+	if err := m.proc.Signal(sig); err != nil {
 		return err
 	}
 	m.paused = paused
@@ -498,7 +456,7 @@ func (c *Cluster) Rebuild(ctx context.Context, i int) error {
 	if err := c.startMember(m); err != nil {
 		return err
 	}
-	if err := c.admin(ctx, i, "ensemble", "add", m.id, m.peerProx.addr()); err != nil {
+	if err := c.admin(ctx, i, "ensemble", "add", m.id, m.peerProx.Addr()); err != nil {
 		return err
 	}
 	return c.WaitHealthy(ctx)
@@ -507,7 +465,7 @@ func (c *Cluster) Rebuild(ctx context.Context, i int) error {
 // status is member i's `mbrs` answer.
 func (c *Cluster) status(i int) (ensemble.Status, error) {
 	var st ensemble.Status
-	out, err := fourLetter(c.members[i].clientReal, "mbrs", 8*time.Second)
+	out, err := ask(c.members[i].clientReal, "mbrs", 8*time.Second)
 	if err != nil {
 		return st, err
 	}
@@ -571,7 +529,7 @@ func (c *Cluster) healthy(target *uint64) error {
 // Snapshot streams member i's tree (the `snap` word) directly from its
 // client port. The member first catches up with the leader.
 func (c *Cluster) Snapshot(i int) (int64, *tree.Tree, error) {
-	out, err := fourLetter(c.members[i].clientReal, "snap", 30*time.Second)
+	out, err := ask(c.members[i].clientReal, "snap", 30*time.Second)
 	if err != nil {
 		return 0, nil, err
 	}
@@ -591,25 +549,17 @@ func (c *Cluster) Close() {
 	}
 	for _, m := range c.members {
 		if m.clientProxy != nil {
-			m.clientProxy.close()
+			m.clientProxy.Close()
 		}
 		if m.peerProx != nil {
-			m.peerProx.close()
+			m.peerProx.Close()
 		}
 	}
 }
 
-// fourLetter sends a four-letter word and reads the answer to EOF.
-func fourLetter(addr, word string, timeout time.Duration) (string, error) {
-	nc, err := net.DialTimeout("tcp", addr, timeout)
-	if err != nil {
-		return "", err
-	}
-	defer nc.Close()
-	_ = nc.SetDeadline(time.Now().Add(timeout))
-	if _, err := nc.Write([]byte(word)); err != nil {
-		return "", err
-	}
-	b, err := io.ReadAll(nc)
-	return string(b), err
+// ask sends a four-letter word, allowing it d.
+func ask(addr, word string, d time.Duration) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	return client.FourLetter(ctx, addr, word, nil)
 }

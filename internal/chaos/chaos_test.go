@@ -11,27 +11,13 @@ import (
 
 	"github.com/coordrun/coordrun/ensemble/tree"
 	"github.com/coordrun/coordrun/ensemble/wire"
+	"github.com/coordrun/coordrun/internal/testkit"
 )
 
 var testBin string
 
 func TestMain(m *testing.M) {
-	os.Exit(func() int {
-		testBin = os.Getenv("COORDRUN_BIN")
-		if testBin == "" {
-			dir, err := os.MkdirTemp("", "ensemble-chaos-bin-")
-			if err != nil {
-				fmt.Fprintln(os.Stderr, err)
-				return 1
-			}
-			defer os.RemoveAll(dir)
-			if testBin, err = BuildBinary(dir); err != nil {
-				fmt.Fprintln(os.Stderr, err)
-				return 1
-			}
-		}
-		return m.Run()
-	}())
+	os.Exit(testkit.RunWithBinary(m, &testBin))
 }
 
 type testLog struct{ t *testing.T }
@@ -230,32 +216,24 @@ func TestFaultsTakeEffect(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.Partition([]int{old})
-	deadline := time.Now().Add(30 * time.Second)
-	tick := time.NewTicker(50 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		if ls := c.leaders(); len(ls) == 1 && ls[0] != old {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("isolated leader %d was not replaced (leaders %v)", old+1, c.leaders())
-		}
-		<-tick.C
-	}
+	testkit.WaitFor(t, 30*time.Second, fmt.Sprintf("isolated leader %d to be replaced", old+1), func() bool {
+		ls := c.leaders()
+		return len(ls) == 1 && ls[0] != old
+	})
 	c.Heal()
 	if err := c.WaitHealthy(ctx); err != nil {
 		t.Fatal(err)
 	}
 
 	c.CutClients(0, true)
-	if out, err := fourLetter(c.ClientAddr(0), "ruok", 500*time.Millisecond); err == nil || out != "" {
+	if out, err := ask(c.ClientAddr(0), "ruok", 500*time.Millisecond); err == nil || out != "" {
 		t.Fatalf("ruok through a cut proxy: %q, %v", out, err)
 	}
-	if out, err := fourLetter(c.DirectClientAddr(0), "ruok", 5*time.Second); out != "imok" {
+	if out, err := ask(c.DirectClientAddr(0), "ruok", 5*time.Second); out != "imok" {
 		t.Fatalf("ruok on the member's own port: %q, %v", out, err)
 	}
 	c.CutClients(0, false)
-	if out, err := fourLetter(c.ClientAddr(0), "ruok", 5*time.Second); out != "imok" {
+	if out, err := ask(c.ClientAddr(0), "ruok", 5*time.Second); out != "imok" {
 		t.Fatalf("ruok after the cut healed: %q, %v", out, err)
 	}
 }
