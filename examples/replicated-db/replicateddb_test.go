@@ -2,12 +2,9 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -17,7 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/coordrun/coordrun/ensemble"
+	"github.com/coordrun/coordrun/internal/testkit"
+	"github.com/coordrun/coordrun/internal/testkit/ensembletest"
 )
 
 // TestReplicatedDBFailover runs three replicated-db processes against a
@@ -26,12 +24,12 @@ import (
 // acknowledged write is lost, and that the restarted node has every
 // acknowledged write before it serves a read or shows as live.
 func TestReplicatedDBFailover(t *testing.T) {
-	servers := startEnsemble(t)
+	servers := ensembletest.Start(t, 3).Servers()
 	bin := buildExample(t)
 	const sessionTimeout = 2 * time.Second
 	var nodes []*dbProc
 	for i := 1; i <= 3; i++ {
-		nodes = append(nodes, startDB(t, bin, fmt.Sprint("n", i), freeAddr(t), servers, sessionTimeout))
+		nodes = append(nodes, startDB(t, bin, fmt.Sprint("n", i), testkit.FreeAddrs(t, "127.0.0.1", 1)[0], servers, sessionTimeout))
 	}
 	leader := awaitCluster(t, nodes, "", 3)
 	var followers []*dbProc
@@ -68,7 +66,7 @@ func TestReplicatedDBFailover(t *testing.T) {
 	acked.await(t, func(n int) bool { return n >= 30 }, "writes through the follower before the kill")
 
 	killed := time.Now()
-	leader.kill(t)
+	leader.kill()
 	next := awaitCluster(t, followers, leader.name, 2)
 	// The new leader serves writes.
 	acked.mustPut(t, next, "first-after-kill")
@@ -144,7 +142,7 @@ func (a *ackLog) tryPut(n *dbProc, key string) bool {
 // mustPut writes key through n, retrying refusals until a deadline.
 func (a *ackLog) mustPut(t *testing.T, n *dbProc, key string) {
 	t.Helper()
-	waitUntil(t, 30*time.Second, fmt.Sprintf("write %s through %s acknowledged", key, n.name), func() bool { return a.tryPut(n, key) })
+	testkit.WaitFor(t, 30*time.Second, fmt.Sprintf("write %s through %s acknowledged", key, n.name), func() bool { return a.tryPut(n, key) })
 }
 
 func (a *ackLog) snapshot() map[string]string {
@@ -159,7 +157,7 @@ func (a *ackLog) snapshot() map[string]string {
 
 func (a *ackLog) await(t *testing.T, cond func(int) bool, what string) {
 	t.Helper()
-	waitUntil(t, 30*time.Second, what, func() bool {
+	testkit.WaitFor(t, 30*time.Second, what, func() bool {
 		a.mu.Lock()
 		defer a.mu.Unlock()
 		return cond(len(a.m))
@@ -242,7 +240,7 @@ func awaitCluster(t *testing.T, nodes []*dbProc, notLeader string, live int) *db
 // dbProc is one replicated-db process.
 type dbProc struct {
 	name, addr string
-	cmd        *exec.Cmd
+	proc       *testkit.Process
 	log        string
 }
 
@@ -253,15 +251,16 @@ func startDB(t *testing.T, bin, name, addr string, servers []string, sessionTime
 	if err != nil {
 		t.Fatal(err)
 	}
-	p.cmd = exec.Command(bin, "-name", name, "-http", addr, "-servers", strings.Join(servers, ","),
+	cmd := exec.Command(bin, "-name", name, "-http", addr, "-servers", strings.Join(servers, ","),
 		"-root", "/replicated-db-test", "-session-timeout", sessionTimeout.String(), "-v")
-	p.cmd.Stdout, p.cmd.Stderr = out, out
-	if err := p.cmd.Start(); err != nil {
+	cmd.Stdout, cmd.Stderr = out, out
+	p.proc, err = testkit.StartProcess(cmd)
+	out.Close()
+	if err != nil {
 		t.Fatal(err)
 	}
-	out.Close()
 	t.Cleanup(func() {
-		p.kill(t)
+		p.kill()
 		if t.Failed() {
 			b, _ := os.ReadFile(p.log)
 			t.Logf("log of %s:\n%s", name, lastLines(string(b), 40))
@@ -279,12 +278,8 @@ func lastLines(s string, n int) string {
 }
 
 // kill sends SIGKILL and reaps the process.
-func (p *dbProc) kill(t *testing.T) {
-	if p.cmd.ProcessState != nil {
-		return
-	}
-	p.cmd.Process.Kill()
-	p.cmd.Wait()
+func (p *dbProc) kill() {
+	p.proc.Kill()
 }
 
 var pollc = &http.Client{Timeout: 2 * time.Second}
@@ -314,31 +309,6 @@ func (p *dbProc) dump() (dump, bool) {
 	return d, ok
 }
 
-// waitUntil polls cond until it holds or d passes.
-func waitUntil(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	tick := time.NewTicker(5 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", d, what)
-		}
-		<-tick.C
-	}
-}
-
-// freeAddr returns a loopback address nothing listens on at the moment.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
-
 // buildExample builds this package's binary for the test.
 func buildExample(t *testing.T) string {
 	t.Helper()
@@ -352,52 +322,4 @@ func buildExample(t *testing.T) string {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
 	return bin
-}
-
-// startEnsemble starts a three-member coordrun ensemble in this process
-// and returns its client addresses once every member knows a leader.
-func startEnsemble(t *testing.T) []string {
-	t.Helper()
-	var peers []ensemble.Peer
-	var pls, cls []net.Listener
-	var servers []string
-	for i := 0; i < 3; i++ {
-		for _, l := range []*[]net.Listener{&pls, &cls} {
-			ln, err := net.Listen("tcp", "127.0.0.1:0")
-			if err != nil {
-				t.Fatal(err)
-			}
-			*l = append(*l, ln)
-		}
-		peers = append(peers, ensemble.Peer{ID: fmt.Sprint(i + 1), Addr: pls[i].Addr().String()})
-		servers = append(servers, cls[i].Addr().String())
-	}
-	var members []*ensemble.Member
-	for i := 0; i < 3; i++ {
-		m, err := ensemble.Start(ensemble.Config{
-			ID:                fmt.Sprint(i + 1),
-			DataDir:           t.TempDir(),
-			PeerListener:      pls[i],
-			ClientListener:    cls[i],
-			ClientAddr:        servers[i],
-			Peers:             peers,
-			MinSessionTimeout: 500 * time.Millisecond,
-			HeartbeatTimeout:  time.Second, // shorter ones flap under -race on a loaded machine
-			ElectionTimeout:   time.Second,
-			Logger:            slog.New(slog.DiscardHandler),
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { m.Close() })
-		members = append(members, m)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	for _, m := range members {
-		if err := m.WaitReady(ctx); err != nil {
-			t.Fatalf("member %s: %v", m.ID(), err)
-		}
-	}
-	return servers
 }

@@ -13,7 +13,12 @@ import (
 // two ends. Up is the direction from the dialer to the target, down the
 // way back. The faults:
 //
-//   - Cut closes every relayed connection at once, as a reset would.
+//   - Cut closes every relayed connection at once, as a reset would;
+//     CutReplyTo closes a connection instead of passing on the reply to
+//     the next request of one opcode, so that the request is applied
+//     and its outcome lost; HoldReplyTo keeps that reply (and those
+//     behind it) back until released, so that its caller still waits;
+//     AwaitRequest tells when the next request of an opcode goes up.
 //   - Refuse closes each new connection as soon as it is accepted.
 //   - Hold keeps the down bytes back until the next Cut; Delay makes each
 //     down chunk wait a while from its arrival.
@@ -41,6 +46,13 @@ type Proxy struct {
 	trap   bool          // silence falls at the next up frame
 	delay  time.Duration
 	times  []time.Time // when each up frame was forwarded
+	armOp  int32       // CutReplyTo's opcode; 0: not armed
+	cutXid int32       // the request whose reply is cut; 0: none
+	cuts   int
+	hold1  *replyHold // HoldReplyTo's, until its request goes up
+	holdAt map[int32]*replyHold
+	seenOp int32         // AwaitRequest's opcode
+	seen   chan struct{} // closed by the next request of seenOp; nil: none awaited
 	closed bool
 
 	done chan struct{} // closed by Close
@@ -51,9 +63,10 @@ type Proxy struct {
 type ProxyConfig struct {
 	Listen string // where to listen; default 127.0.0.1:0
 	Target string
-	// Frames reads the up stream as ZooKeeper frames (a 4-byte length,
-	// then the body), so that FrameTimes and SilenceOnNextFrame can act
-	// on whole requests. Only for the ZooKeeper client protocol.
+	// Frames reads both streams as ZooKeeper frames (a 4-byte length,
+	// then the body), so that FrameTimes, SilenceOnNextFrame and
+	// CutReplyTo can act on whole requests and replies. Only for the
+	// ZooKeeper client protocol.
 	Frames bool
 	// Drop, when set, is asked before every chunk of a connection opened
 	// from src whether to lose it; up is the direction to the target.
@@ -88,7 +101,7 @@ func NewProxy(cfg ProxyConfig) (*Proxy, error) {
 }
 
 // StartProxy starts a proxy on loopback in front of the ZooKeeper client
-// port target, reading frames, and stops it when the test ends.
+// port target, with Frames, and stops it when the test ends.
 func StartProxy(t testing.TB, target string) *Proxy {
 	t.Helper()
 	p, err := NewProxy(ProxyConfig{Target: target, Frames: true})
@@ -155,13 +168,16 @@ func (p *Proxy) serve(c net.Conn) {
 func (p *Proxy) up(r *relay) {
 	var frame []byte
 	buf := make([]byte, 32<<10)
-	for {
+	for first := true; ; first = false {
 		var b []byte
 		var err error
 		if p.frames {
 			frame, err = wire.ReadFrame(r.client, frame[:0], 64<<20)
 			if err == nil {
 				b = wire.AppendFrame(nil, frame)
+				if !first { // the first is the handshake
+					p.noteRequest(frame)
+				}
 			}
 		} else {
 			var n int
@@ -197,8 +213,17 @@ func (p *Proxy) up(r *relay) {
 }
 
 type chunk struct {
-	b  []byte
-	at time.Time // when it came from the target
+	b    []byte
+	at   time.Time  // when it came from the target
+	cut  bool       // the reply CutReplyTo is after: the connection ends instead
+	hold *replyHold // the reply HoldReplyTo is after
+}
+
+// replyHold is one reply HoldReplyTo keeps back.
+type replyHold struct {
+	op      int32
+	held    chan struct{} // closed once the reply is held
+	release chan struct{}
 }
 
 // down forwards the target's bytes to the dialer.
@@ -209,7 +234,19 @@ func (p *Proxy) down(r *relay) {
 	go func() {
 		defer close(q)
 		buf := make([]byte, 32<<10)
-		for {
+		for first := true; ; first = false {
+			if p.frames {
+				frame, err := wire.ReadFrame(r.server, nil, 64<<20)
+				if err != nil {
+					return
+				}
+				ch := chunk{b: wire.AppendFrame(nil, frame), at: time.Now()}
+				if !first {
+					ch.cut, ch.hold = p.noteReply(frame)
+				}
+				q <- ch
+				continue
+			}
 			n, err := r.server.Read(buf)
 			if n > 0 {
 				q <- chunk{b: append([]byte(nil), buf[:n]...), at: time.Now()}
@@ -223,6 +260,13 @@ func (p *Proxy) down(r *relay) {
 	for ch := range q {
 		if broken {
 			continue // drain, so that the reader ends
+		}
+		if ch.hold != nil {
+			close(ch.hold.held)
+			select {
+			case <-ch.hold.release:
+			case <-p.done:
+			}
 		}
 		p.mu.Lock()
 		hold, delay := p.hold, p.delay
@@ -240,6 +284,9 @@ func (p *Proxy) down(r *relay) {
 		}
 		p.quiet()
 		switch {
+		case ch.cut:
+			r.close()
+			broken = true
 		case p.dropping(r.src, false):
 			r.taint()
 		case r.isTainted():
@@ -267,6 +314,50 @@ func (p *Proxy) ended(r *relay, up bool) {
 		return
 	}
 	r.close()
+}
+
+// noteRequest marks the replies that CutReplyTo and HoldReplyTo wait
+// for by their request's xid, and tells AwaitRequest.
+func (p *Proxy) noteRequest(frame []byte) {
+	var h wire.RequestHeader
+	if h.Decode(wire.NewDecoder(frame)) != nil {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.armOp != 0 && h.Opcode == p.armOp {
+		p.armOp, p.cutXid = 0, h.Xid
+	}
+	if p.hold1 != nil && h.Opcode == p.hold1.op {
+		if p.holdAt == nil {
+			p.holdAt = map[int32]*replyHold{}
+		}
+		p.holdAt[h.Xid], p.hold1 = p.hold1, nil
+	}
+	if p.seen != nil && h.Opcode == p.seenOp {
+		close(p.seen)
+		p.seen = nil
+	}
+}
+
+// noteReply says whether frame is the reply to cut (counting it) or to
+// hold.
+func (p *Proxy) noteReply(frame []byte) (cut bool, hold *replyHold) {
+	var h wire.ReplyHeader
+	if h.Decode(wire.NewDecoder(frame)) != nil {
+		return false, nil
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if hold = p.holdAt[h.Xid]; hold != nil {
+		delete(p.holdAt, h.Xid)
+	}
+	if p.cutXid != 0 && h.Xid == p.cutXid {
+		p.cutXid = 0
+		p.cuts++
+		return true, hold
+	}
+	return false, hold
 }
 
 func (p *Proxy) dropping(src net.Addr, up bool) bool {
@@ -438,6 +529,42 @@ func (p *Proxy) Reconsider() {
 			r.close()
 		}
 	}
+}
+
+// CutReplyTo makes the proxy close the connection that carries the next
+// request of opcode op (with Frames) when its reply comes, instead of
+// passing the reply on.
+func (p *Proxy) CutReplyTo(op int32) {
+	p.mu.Lock()
+	p.armOp = op
+	p.mu.Unlock()
+}
+
+// HoldReplyTo keeps back the reply to the next request of opcode op
+// (with Frames), and every reply behind it on its connection, until
+// release is called; held is closed once the reply is held.
+func (p *Proxy) HoldReplyTo(op int32) (held <-chan struct{}, release func()) {
+	h := &replyHold{op: op, held: make(chan struct{}), release: make(chan struct{})}
+	p.mu.Lock()
+	p.hold1 = h
+	p.mu.Unlock()
+	return h.held, sync.OnceFunc(func() { close(h.release) })
+}
+
+// AwaitRequest returns a channel closed when the next request of opcode
+// op goes up (with Frames).
+func (p *Proxy) AwaitRequest(op int32) <-chan struct{} {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.seenOp, p.seen = op, make(chan struct{})
+	return p.seen
+}
+
+// Cuts is how many replies CutReplyTo has cut.
+func (p *Proxy) Cuts() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.cuts
 }
 
 // FrameCount is how many up frames went through (with Frames).

@@ -210,3 +210,70 @@ func TestProxyDropFunc(t *testing.T) {
 		t.Fatalf("echo after healing: %q, %v", got, err)
 	}
 }
+
+// request is a frame that reads as a request header of xid and op, and,
+// echoed, as a reply header of xid.
+func request(xid, op int32) string {
+	e := wire.NewFrameEncoder(nil)
+	(&wire.RequestHeader{Xid: xid, Opcode: op}).Encode(e)
+	(&wire.RequestHeader{}).Encode(e) // room for the reply header's zxid and error
+	return string(e.Frame()[4:])
+}
+
+func TestProxyCutReplyTo(t *testing.T) {
+	p := StartProxy(t, echoServer(t))
+	c := dial(t, p.Addr())
+	roundTrip(t, c, "handshake")
+	p.CutReplyTo(wire.OpCreate2)
+	roundTrip(t, c, request(1, wire.OpGetData))
+	if _, err := c.Write(wire.AppendFrame(nil, []byte(request(2, wire.OpCreate2)))); err != nil {
+		t.Fatal(err)
+	}
+	closedSoon(t, c)
+	if n := p.Cuts(); n != 1 {
+		t.Fatalf("%d replies cut, want 1", n)
+	}
+	c = dial(t, p.Addr())
+	roundTrip(t, c, "handshake")
+	roundTrip(t, c, request(3, wire.OpCreate2)) // disarmed by the cut
+}
+
+func TestProxyHoldReplyTo(t *testing.T) {
+	p := StartProxy(t, echoServer(t))
+	c := dial(t, p.Addr())
+	roundTrip(t, c, "handshake")
+	held, release := p.HoldReplyTo(wire.OpCreate2)
+	defer release()
+	if _, err := c.Write(wire.AppendFrame(nil, []byte(request(1, wire.OpCreate2)))); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-held:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the reply was never held")
+	}
+	// A later request goes up (and is seen); its reply waits behind the
+	// held one.
+	synced := p.AwaitRequest(wire.OpSync)
+	if _, err := c.Write(wire.AppendFrame(nil, []byte(request(2, wire.OpSync)))); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-synced:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the sync never went up")
+	}
+	quietFor(t, c, 100*time.Millisecond)
+	release()
+	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	for _, xid := range []int32{1, 2} {
+		frame, err := wire.ReadFrame(c, nil, 1<<20)
+		if err != nil {
+			t.Fatalf("reply %d: %v", xid, err)
+		}
+		var h wire.ReplyHeader
+		if err := h.Decode(wire.NewDecoder(frame)); err != nil || h.Xid != xid {
+			t.Fatalf("reply %+v, %v; want xid %d", h, err, xid)
+		}
+	}
+}

@@ -8,23 +8,19 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"log/slog"
-	"net"
-	"os"
 	"path"
 	"sort"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/coordrun/coordrun/ensemble"
 	"github.com/coordrun/coordrun/ensemble/client"
 	"github.com/coordrun/coordrun/ensemble/client/recipe"
 	"github.com/coordrun/coordrun/ensemble/wire"
-	"github.com/coordrun/coordrun/ensemble/zkserver"
+	"github.com/coordrun/coordrun/internal/testkit"
+	"github.com/coordrun/coordrun/internal/testkit/ensembletest"
+	"github.com/coordrun/coordrun/internal/testkit/zookeeper"
 )
 
 func TestElection(t *testing.T) {
@@ -44,17 +40,17 @@ func electionSingle(t *testing.T, b recipeBackend) {
 	c := b.connect(t)
 	dir := b.folder(t, "a/b")
 	e := recipe.NewElection(c, dir, nil)
-	if _, err := e.Leader(recipeCtx(t, 10*time.Second)); !errors.Is(err, recipe.ErrNoLeader) {
+	if _, err := e.Leader(testkit.Context(t, 10*time.Second)); !errors.Is(err, recipe.ErrNoLeader) {
 		t.Fatalf("Leader before any candidate: %v, want ErrNoLeader", err)
 	}
-	term, err := e.Campaign(recipeCtx(t, 10*time.Second), []byte("me"))
+	term, err := e.Campaign(testkit.Context(t, 10*time.Second), []byte("me"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !strings.HasPrefix(term.Node(), dir+"/") {
 		t.Fatalf("candidate node %s is not in %s", term.Node(), dir)
 	}
-	l, err := e.Leader(recipeCtx(t, 10*time.Second))
+	l, err := e.Leader(testkit.Context(t, 10*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,14 +65,14 @@ func electionSingle(t *testing.T, b recipeBackend) {
 		t.Fatalf("term ended: %v", term.Err())
 	default:
 	}
-	if err := term.Resign(recipeCtx(t, 10*time.Second)); err != nil {
+	if err := term.Resign(testkit.Context(t, 10*time.Second)); err != nil {
 		t.Fatal(err)
 	}
 	<-term.Done()
 	if !errors.Is(term.Err(), recipe.ErrResigned) || !term.Until().IsZero() {
 		t.Fatalf("after Resign: Err %v, Until %v", term.Err(), term.Until())
 	}
-	if _, err := e.Leader(recipeCtx(t, 10*time.Second)); !errors.Is(err, recipe.ErrNoLeader) {
+	if _, err := e.Leader(testkit.Context(t, 10*time.Second)); !errors.Is(err, recipe.ErrNoLeader) {
 		t.Fatalf("Leader after Resign: %v, want ErrNoLeader", err)
 	}
 }
@@ -122,7 +118,7 @@ func notLeading(t *testing.T, ch <-chan campaignResult, who string) {
 // candidates lists the election folder.
 func listCandidates(t *testing.T, c *client.Client, dir string) []string {
 	t.Helper()
-	kids, _, err := c.Children(recipeCtx(t, 10*time.Second), dir)
+	kids, _, err := c.Children(testkit.Context(t, 10*time.Second), dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -132,12 +128,12 @@ func listCandidates(t *testing.T, c *client.Client, dir string) []string {
 func electionHandover(t *testing.T, b recipeBackend) {
 	dir := b.folder(t, "e")
 	ca, cb, cc := b.connect(t), b.connect(t), b.connect(t)
-	ctx := recipeCtx(t, 30*time.Second)
+	ctx := testkit.Context(t, 30*time.Second)
 	ta := awaitTerm(t, campaignAsync(ctx, recipe.NewElection(ca, dir, nil), "a"), "a")
 	rb := campaignAsync(ctx, recipe.NewElection(cb, dir, nil), "b")
-	recipeWaitFor(t, 10*time.Second, "b's candidate node", func() bool { return len(listCandidates(t, ca, dir)) == 2 })
+	testkit.WaitFor(t, 10*time.Second, "b's candidate node", func() bool { return len(listCandidates(t, ca, dir)) == 2 })
 	rc := campaignAsync(ctx, recipe.NewElection(cc, dir, nil), "c")
-	recipeWaitFor(t, 10*time.Second, "c's candidate node", func() bool { return len(listCandidates(t, ca, dir)) == 3 })
+	testkit.WaitFor(t, 10*time.Second, "c's candidate node", func() bool { return len(listCandidates(t, ca, dir)) == 3 })
 	notLeading(t, rb, "b")
 	notLeading(t, rc, "c")
 
@@ -171,17 +167,17 @@ func electionHandover(t *testing.T, b recipeBackend) {
 func electionCancel(t *testing.T, b recipeBackend) {
 	dir := b.folder(t, "e")
 	ca, cb := b.connect(t), b.connect(t)
-	ta := awaitTerm(t, campaignAsync(recipeCtx(t, 30*time.Second), recipe.NewElection(ca, dir, nil), "a"), "a")
+	ta := awaitTerm(t, campaignAsync(testkit.Context(t, 30*time.Second), recipe.NewElection(ca, dir, nil), "a"), "a")
 	ctx, cancel := context.WithCancel(context.Background())
 	rb := campaignAsync(ctx, recipe.NewElection(cb, dir, nil), "b")
-	recipeWaitFor(t, 10*time.Second, "b's candidate node", func() bool { return len(listCandidates(t, ca, dir)) == 2 })
+	testkit.WaitFor(t, 10*time.Second, "b's candidate node", func() bool { return len(listCandidates(t, ca, dir)) == 2 })
 	cancel()
 	r := <-rb
 	if !errors.Is(r.err, context.Canceled) {
 		t.Fatalf("cancelled Campaign returned %+v, want context.Canceled", r)
 	}
 	// b's member deleted the node; a's may apply that a moment later.
-	recipeWaitFor(t, 10*time.Second, "b's node to go", func() bool {
+	testkit.WaitFor(t, 10*time.Second, "b's node to go", func() bool {
 		kids := listCandidates(t, ca, dir)
 		return len(kids) == 1 && path.Join(dir, kids[0]) == ta.Node()
 	})
@@ -190,10 +186,10 @@ func electionCancel(t *testing.T, b recipeBackend) {
 func electionDeposed(t *testing.T, b recipeBackend) {
 	dir := b.folder(t, "e")
 	ca, cb, admin := b.connect(t), b.connect(t), b.connect(t)
-	ctx := recipeCtx(t, 30*time.Second)
+	ctx := testkit.Context(t, 30*time.Second)
 	ta := awaitTerm(t, campaignAsync(ctx, recipe.NewElection(ca, dir, nil), "a"), "a")
 	rb := campaignAsync(ctx, recipe.NewElection(cb, dir, nil), "b")
-	recipeWaitFor(t, 10*time.Second, "b's candidate node", func() bool { return len(listCandidates(t, ca, dir)) == 2 })
+	testkit.WaitFor(t, 10*time.Second, "b's candidate node", func() bool { return len(listCandidates(t, ca, dir)) == 2 })
 
 	if err := admin.Delete(ctx, ta.Node(), -1); err != nil {
 		t.Fatal(err)
@@ -216,12 +212,12 @@ func electionDeposed(t *testing.T, b recipeBackend) {
 func electionWaiterRejoins(t *testing.T, b recipeBackend) {
 	dir := b.folder(t, "e")
 	ca, cb, cc, admin := b.connect(t), b.connect(t), b.connect(t), b.connect(t)
-	ctx := recipeCtx(t, 30*time.Second)
+	ctx := testkit.Context(t, 30*time.Second)
 	ta := awaitTerm(t, campaignAsync(ctx, recipe.NewElection(ca, dir, nil), "a"), "a")
 	rb := campaignAsync(ctx, recipe.NewElection(cb, dir, nil), "b")
-	recipeWaitFor(t, 10*time.Second, "b's candidate node", func() bool { return len(listCandidates(t, ca, dir)) == 2 })
+	testkit.WaitFor(t, 10*time.Second, "b's candidate node", func() bool { return len(listCandidates(t, ca, dir)) == 2 })
 	rc := campaignAsync(ctx, recipe.NewElection(cc, dir, nil), "c")
-	recipeWaitFor(t, 10*time.Second, "c's candidate node", func() bool { return len(listCandidates(t, ca, dir)) == 3 })
+	testkit.WaitFor(t, 10*time.Second, "c's candidate node", func() bool { return len(listCandidates(t, ca, dir)) == 3 })
 	var bNode string
 	for _, k := range listCandidates(t, ca, dir) {
 		data, _, err := admin.Get(ctx, path.Join(dir, k))
@@ -237,7 +233,7 @@ func electionWaiterRejoins(t *testing.T, b recipeBackend) {
 	}
 	// b notices its own node's deletion (not its predecessor's) and joins
 	// again, now behind c.
-	recipeWaitFor(t, 10*time.Second, "b's new candidate node", func() bool {
+	testkit.WaitFor(t, 10*time.Second, "b's new candidate node", func() bool {
 		kids := listCandidates(t, ca, dir)
 		return len(kids) == 3 && !hasName(kids, path.Base(bNode))
 	})
@@ -265,7 +261,7 @@ func hasName(xs []string, x string) bool {
 func electionObserve(t *testing.T, b recipeBackend) {
 	dir := b.folder(t, "e")
 	ca, cb, co := b.connect(t), b.connect(t), b.connect(t)
-	ctx := recipeCtx(t, 30*time.Second)
+	ctx := testkit.Context(t, 30*time.Second)
 	octx, stop := context.WithCancel(ctx)
 	obs := recipe.NewElection(co, dir, nil).Observe(octx)
 	next := func(want string) recipe.Leader {
@@ -288,7 +284,7 @@ func electionObserve(t *testing.T, b recipeBackend) {
 	ta := awaitTerm(t, campaignAsync(ctx, recipe.NewElection(ca, dir, nil), "a"), "a")
 	la := next("a")
 	rb := campaignAsync(ctx, recipe.NewElection(cb, dir, nil), "b")
-	recipeWaitFor(t, 10*time.Second, "b's candidate node", func() bool { return len(listCandidates(t, ca, dir)) == 2 })
+	testkit.WaitFor(t, 10*time.Second, "b's candidate node", func() bool { return len(listCandidates(t, ca, dir)) == 2 })
 	if err := ta.Resign(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -314,7 +310,7 @@ func electionObserve(t *testing.T, b recipeBackend) {
 
 func electionWatches(t *testing.T, b recipeBackend) {
 	dir := b.folder(t, "e")
-	ctx := recipeCtx(t, 60*time.Second)
+	ctx := testkit.Context(t, 60*time.Second)
 	clients := []*client.Client{b.connect(t)}
 	ta := awaitTerm(t, campaignAsync(ctx, recipe.NewElection(clients[0], dir, nil), "0"), "the leader")
 	const waiters = 4
@@ -323,7 +319,7 @@ func electionWatches(t *testing.T, b recipeBackend) {
 		c := b.connect(t)
 		clients = append(clients, c)
 		results = append(results, campaignAsync(ctx, recipe.NewElection(c, dir, nil), fmt.Sprint(i)))
-		recipeWaitFor(t, 10*time.Second, "the waiter's node", func() bool { return len(listCandidates(t, c, dir)) == i+1 })
+		testkit.WaitFor(t, 10*time.Second, "the waiter's node", func() bool { return len(listCandidates(t, c, dir)) == i+1 })
 	}
 	// Candidate i is watched by its own session and by candidate i+1's,
 	// and nobody watches the folder: a leader's end wakes one waiter.
@@ -356,194 +352,34 @@ func electionWatches(t *testing.T, b recipeBackend) {
 
 func electionLostReply(t *testing.T, b recipeBackend) {
 	dir := b.folder(t, "e")
-	px := newCutProxy(t, b.servers[0])
-	c := b.connectTo(t, px.addr())
+	px := testkit.StartProxy(t, b.servers[0])
+	c := b.connectTo(t, px.Addr())
 	// The folder exists, so that the create whose reply is cut makes a node.
 	var folders []string
 	for p := dir; p != "/"; p = path.Dir(p) {
 		folders = append([]string{p}, folders...)
 	}
 	for _, p := range folders {
-		if _, err := c.Create(recipeCtx(t, 10*time.Second), p, nil, 0, client.OpenACL); err != nil && !errors.Is(err, wire.ErrNodeExists) {
+		if _, err := c.Create(testkit.Context(t, 10*time.Second), p, nil, 0, client.OpenACL); err != nil && !errors.Is(err, wire.ErrNodeExists) {
 			t.Fatal(err)
 		}
 	}
-	px.cutReplyTo(wire.OpCreate2)
-	term, err := recipe.NewElection(c, dir, nil).Campaign(recipeCtx(t, 20*time.Second), []byte("me"))
+	px.CutReplyTo(wire.OpCreate2)
+	term, err := recipe.NewElection(c, dir, nil).Campaign(testkit.Context(t, 20*time.Second), []byte("me"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if px.cutCount() != 1 {
-		t.Fatalf("%d replies cut, want the create's", px.cutCount())
+	if px.Cuts() != 1 {
+		t.Fatalf("%d replies cut, want the create's", px.Cuts())
 	}
 	// The candidate found the node its lost create made, rather than
 	// creating a second one that would lead for nobody.
 	if kids := listCandidates(t, c, dir); len(kids) != 1 || path.Join(dir, kids[0]) != term.Node() {
 		t.Fatalf("candidates %v, want only %s", kids, term.Node())
 	}
-	if err := term.Resign(recipeCtx(t, 10*time.Second)); err != nil {
+	if err := term.Resign(testkit.Context(t, 10*time.Second)); err != nil {
 		t.Fatal(err)
 	}
-}
-
-// cutProxy relays a client's connections to one server; when armed, it
-// breaks the connection instead of relaying the reply to the next request
-// of one opcode, so the request is applied and its outcome lost.
-type cutProxy struct {
-	ln     net.Listener
-	target string
-	wg     sync.WaitGroup
-
-	mu     sync.Mutex
-	armOp  int32 // 0: not armed
-	cutXid int32 // the request whose reply is cut; 0: none
-	cuts   int
-	conns  []net.Conn
-	// holdOp's next reply is held until release closes: the request is
-	// applied and its caller still waits for the answer.
-	holdOp  int32
-	holdXid int32
-	held    chan struct{} // closed once the reply is held
-	release chan struct{}
-	seenOp  int32         // the next request of this op closes seen
-	seen    chan struct{} // nil: nothing awaited
-}
-
-// awaitRequest is closed when the next request of op passes.
-func (p *cutProxy) awaitRequest(op int32) <-chan struct{} {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.seenOp, p.seen = op, make(chan struct{})
-	return p.seen
-}
-
-// holdReplyTo holds the reply to the next request of op until the
-// returned function is called; held is closed once it is held.
-func (p *cutProxy) holdReplyTo(op int32) (held <-chan struct{}, release func()) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.holdOp, p.held, p.release = op, make(chan struct{}), make(chan struct{})
-	rel := p.release
-	return p.held, sync.OnceFunc(func() { close(rel) })
-}
-
-func newCutProxy(t *testing.T, target string) *cutProxy {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &cutProxy{ln: ln, target: target}
-	p.wg.Add(1)
-	go p.accept()
-	t.Cleanup(func() {
-		ln.Close()
-		p.mu.Lock()
-		for _, c := range p.conns {
-			c.Close()
-		}
-		p.mu.Unlock()
-		p.wg.Wait()
-	})
-	return p
-}
-
-func (p *cutProxy) addr() string { return p.ln.Addr().String() }
-
-func (p *cutProxy) cutReplyTo(op int32) {
-	p.mu.Lock()
-	p.armOp = op
-	p.mu.Unlock()
-}
-
-func (p *cutProxy) cutCount() int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.cuts
-}
-
-func (p *cutProxy) accept() {
-	defer p.wg.Done()
-	for {
-		c, err := p.ln.Accept()
-		if err != nil {
-			return
-		}
-		s, err := net.Dial("tcp", p.target)
-		if err != nil {
-			c.Close()
-			continue
-		}
-		p.mu.Lock()
-		p.conns = append(p.conns, c, s)
-		p.mu.Unlock()
-		p.wg.Add(2)
-		go p.relay(c, s, p.request)
-		go p.relay(s, c, p.reply)
-	}
-}
-
-// relay copies frames from src to dst; the first frame of each direction
-// is the handshake. inspect sees every later frame and says whether to
-// break the connection instead of passing it on.
-func (p *cutProxy) relay(src, dst net.Conn, inspect func([]byte) bool) {
-	defer p.wg.Done()
-	defer dst.Close()
-	defer src.Close()
-	for first := true; ; first = false {
-		frame, err := wire.ReadFrame(src, nil, 64<<20)
-		if err != nil {
-			return
-		}
-		if !first && inspect(frame) {
-			return
-		}
-		if _, err := dst.Write(wire.AppendFrame(nil, frame)); err != nil {
-			return
-		}
-	}
-}
-
-func (p *cutProxy) request(frame []byte) bool {
-	var h wire.RequestHeader
-	if h.Decode(wire.NewDecoder(frame)) != nil {
-		return false
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.armOp != 0 && h.Opcode == p.armOp {
-		p.armOp, p.cutXid = 0, h.Xid
-	}
-	if p.holdOp != 0 && h.Opcode == p.holdOp {
-		p.holdOp, p.holdXid = 0, h.Xid
-	}
-	if p.seen != nil && h.Opcode == p.seenOp {
-		close(p.seen)
-		p.seen = nil
-	}
-	return false
-}
-
-func (p *cutProxy) reply(frame []byte) bool {
-	var h wire.ReplyHeader
-	if h.Decode(wire.NewDecoder(frame)) != nil {
-		return false
-	}
-	p.mu.Lock()
-	if p.holdXid != 0 && h.Xid == p.holdXid {
-		p.holdXid = 0
-		held, release := p.held, p.release
-		p.mu.Unlock()
-		close(held)
-		<-release
-		return false
-	}
-	defer p.mu.Unlock()
-	if p.cutXid != 0 && h.Xid == p.cutXid {
-		p.cutXid = 0
-		p.cuts++
-		return true
-	}
-	return false
 }
 
 // --- backends shared with membership_test.go -------------------------------
@@ -553,8 +389,7 @@ func (p *cutProxy) reply(frame []byte) bool {
 type recipeBackend struct {
 	name    string
 	servers []string
-	members []*ensemble.Member // coordrun only
-	root    string             // a folder of its own per test run
+	root    string // a folder of its own per test run
 }
 
 var recipeFolders atomic.Int64
@@ -573,7 +408,7 @@ func (b recipeBackend) connect(t *testing.T) *client.Client {
 // connectTo opens a session through the given addresses only.
 func (b recipeBackend) connectTo(t *testing.T, servers ...string) *client.Client {
 	t.Helper()
-	c, err := client.Connect(recipeCtx(t, 20*time.Second), client.Config{Servers: servers, SessionTimeout: 4 * time.Second, Logger: recipeLogger("client")})
+	c, err := client.Connect(testkit.Context(t, 20*time.Second), client.Config{Servers: servers, SessionTimeout: 4 * time.Second, Logger: testkit.Logger("client")})
 	if err != nil {
 		t.Fatalf("connect %v: %v", servers, err)
 	}
@@ -598,34 +433,33 @@ func (b recipeBackend) awaitWatches(t *testing.T, want map[string][]int64) {
 		sort.Strings(s)
 		wantText[p] = strings.Join(s, " ")
 	}
+	word := func(addr, w string) string {
+		out, err := client.FourLetter(testkit.Context(t, 5*time.Second), addr, w, nil)
+		if err != nil {
+			t.Fatalf("%s %s: %v", w, addr, err)
+		}
+		return out
+	}
 	var got string
-	deadline := time.Now().Add(10 * time.Second)
-	tick := time.NewTicker(10 * time.Millisecond)
-	defer tick.Stop()
-	for {
+	held := func() bool {
 		if b.name == "zookeeper" {
-			w := watchesByPath(recipeFourLetter(t, b.servers[0], "wchp"))
-			if got = fmt.Sprint(w); got == fmt.Sprint(wantText) {
-				return
-			}
-		} else {
-			n := 0
-			for _, addr := range b.servers {
-				for _, line := range strings.Split(recipeFourLetter(t, addr, "mntr"), "\n") {
-					var v int
-					if _, err := fmt.Sscanf(line, "zk_watch_count\t%d", &v); err == nil {
-						n += v
-					}
+			got = fmt.Sprint(watchesByPath(word(b.servers[0], "wchp")))
+			return got == fmt.Sprint(wantText)
+		}
+		n := 0
+		for _, addr := range b.servers {
+			for _, line := range strings.Split(word(addr, "mntr"), "\n") {
+				var v int
+				if _, err := fmt.Sscanf(line, "zk_watch_count\t%d", &v); err == nil {
+					n += v
 				}
 			}
-			if got = fmt.Sprint(n, " watches"); n == total {
-				return
-			}
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("watches: got %s, want %v (%d in all)", got, wantText, total)
-		}
-		<-tick.C
+		got = fmt.Sprint(n, " watches")
+		return n == total
+	}
+	if !testkit.Poll(10*time.Second, held) {
+		t.Fatalf("watches: got %s, want %v (%d in all)", got, wantText, total)
 	}
 }
 
@@ -650,118 +484,25 @@ func watchesByPath(out string) map[string]string {
 	return out2
 }
 
-// recipeFourLetter sends a four-letter word and returns the answer.
-func recipeFourLetter(t *testing.T, addr, word string) string {
-	t.Helper()
-	nc, err := net.DialTimeout("tcp", addr, 5*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	_ = nc.SetDeadline(time.Now().Add(5 * time.Second))
-	if _, err := io.WriteString(nc, word); err != nil {
-		t.Fatal(err)
-	}
-	out, err := io.ReadAll(nc)
-	if err != nil {
-		t.Fatalf("%s %s: %v", word, addr, err)
-	}
-	return string(out)
-}
-
 func forEachRecipeBackend(t *testing.T, f func(t *testing.T, b recipeBackend)) {
 	t.Run("coordrun", func(t *testing.T) { f(t, coordrunBackend(t)) })
 	t.Run("zookeeper", func(t *testing.T) { f(t, zookeeperBackend(t)) })
 }
 
-func recipeLogger(name string) *slog.Logger {
-	if os.Getenv("COORDRUN_TEST_LOG") != "" {
-		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug})).With("who", name)
-	}
-	return slog.New(slog.NewTextHandler(io.Discard, nil))
-}
-
-// coordrunBackend starts three members on loopback for the test and waits
-// until a client can write through each.
+// coordrunBackend starts three members on loopback for the test.
 func coordrunBackend(t *testing.T) recipeBackend {
 	t.Helper()
-	b := recipeBackend{name: "coordrun", root: "/recipes"}
-	var peers []ensemble.Peer
-	var pls, cls []net.Listener
-	for i := 0; i < 3; i++ {
-		for _, l := range []*[]net.Listener{&pls, &cls} {
-			ln, err := net.Listen("tcp", "127.0.0.1:0")
-			if err != nil {
-				t.Fatal(err)
-			}
-			*l = append(*l, ln)
-		}
-		peers = append(peers, ensemble.Peer{ID: fmt.Sprint(i + 1), Addr: pls[i].Addr().String()})
-		b.servers = append(b.servers, cls[i].Addr().String())
-	}
-	for i := 0; i < 3; i++ {
-		m, err := ensemble.Start(ensemble.Config{
-			ID:                fmt.Sprint(i + 1),
-			DataDir:           t.TempDir(),
-			PeerListener:      pls[i],
-			ClientListener:    cls[i],
-			ClientAddr:        b.servers[i],
-			Peers:             peers,
-			MinSessionTimeout: 500 * time.Millisecond,
-			HeartbeatTimeout:  time.Second, // shorter ones flap under -race on a loaded machine
-			ElectionTimeout:   time.Second,
-			Logger:            recipeLogger(fmt.Sprint("m", i+1)),
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { m.Close() })
-		b.members = append(b.members, m)
-	}
-	ctx := recipeCtx(t, 30*time.Second)
-	for _, m := range b.members {
-		if err := m.WaitReady(ctx); err != nil {
-			t.Fatalf("member %s: %v", m.ID(), err)
-		}
-	}
-	return b
+	return recipeBackend{name: "coordrun", servers: ensembletest.Start(t, 3).Servers(), root: "/recipes"}
 }
 
 // zookeeperBackend starts a standalone Apache ZooKeeper for the test, or
 // skips it when java or ZooKeeper is missing (unless CI is set).
 func zookeeperBackend(t *testing.T) recipeBackend {
 	t.Helper()
-	java, err := zkserver.Java()
-	if err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("Apache ZooKeeper is required in CI: %v", err)
-		}
-		t.Skipf("Apache ZooKeeper not installed: %v", err)
-	}
-	srv, err := zkserver.Start(java, "coordrun-recipe-zk-")
+	srv, err := zookeeper.Start(zookeeper.Require(t), "coordrun-recipe-zk-", client.FourLetter)
 	if err != nil {
 		t.Fatalf("starting ZooKeeper: %v", err)
 	}
 	t.Cleanup(srv.Stop)
 	return recipeBackend{name: "zookeeper", servers: []string{srv.Addr}, root: "/recipes"}
-}
-
-func recipeCtx(t testing.TB, d time.Duration) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	t.Cleanup(cancel)
-	return ctx
-}
-
-// recipeWaitFor polls cond until it holds or d passes.
-func recipeWaitFor(t testing.TB, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	tick := time.NewTicker(5 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", d, what)
-		}
-		<-tick.C
-	}
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/coordrun/coordrun/ensemble/client"
 	"github.com/coordrun/coordrun/ensemble/client/recipe"
 	"github.com/coordrun/coordrun/ensemble/wire"
+	"github.com/coordrun/coordrun/internal/testkit"
 )
 
 func TestMembership(t *testing.T) {
@@ -44,7 +45,7 @@ func rosterNames(r recipe.Roster) string {
 
 func readRoster(t *testing.T, g *recipe.Group) recipe.Roster {
 	t.Helper()
-	r, err := g.Roster(recipeCtx(t, 10*time.Second))
+	r, err := g.Roster(testkit.Context(t, 10*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,7 +55,7 @@ func readRoster(t *testing.T, g *recipe.Group) recipe.Roster {
 func membershipRoster(t *testing.T, b recipeBackend) {
 	c := b.connect(t)
 	g := recipe.NewGroup(c, b.folder(t, "g"), nil)
-	ctx := recipeCtx(t, 10*time.Second)
+	ctx := testkit.Context(t, 10*time.Second)
 	if got := rosterNames(readRoster(t, g)); got != "all= live=" {
 		t.Fatalf("roster of a group never used: %s", got)
 	}
@@ -97,7 +98,7 @@ func membershipSessionEnd(t *testing.T, b recipeBackend) {
 	dir := b.folder(t, "g")
 	member, observer := b.connect(t), b.connect(t)
 	g := recipe.NewGroup(member, dir, nil)
-	ctx := recipeCtx(t, 10*time.Second)
+	ctx := testkit.Context(t, 10*time.Second)
 	if err := g.Register(ctx, "m", nil); err != nil {
 		t.Fatal(err)
 	}
@@ -115,7 +116,7 @@ func membershipSessionEnd(t *testing.T, b recipeBackend) {
 	}
 	// The observer's member may apply the session's end a moment later.
 	og := recipe.NewGroup(observer, dir, nil)
-	recipeWaitFor(t, 10*time.Second, "the member to leave Live only", func() bool { return rosterNames(readRoster(t, og)) == "all=m live=" })
+	testkit.WaitFor(t, 10*time.Second, "the member to leave Live only", func() bool { return rosterNames(readRoster(t, og)) == "all=m live=" })
 }
 
 // awaitRoster reads rosters from ch until one renders as want.
@@ -142,7 +143,7 @@ func awaitRoster(t *testing.T, ch <-chan recipe.Roster, want string) {
 func membershipWatch(t *testing.T, b recipeBackend) {
 	dir := b.folder(t, "g")
 	watcher, m1, m2 := b.connect(t), b.connect(t), b.connect(t)
-	ctx := recipeCtx(t, 30*time.Second)
+	ctx := testkit.Context(t, 30*time.Second)
 	wctx, stop := context.WithCancel(ctx)
 	ch := recipe.NewGroup(watcher, dir, nil).Watch(wctx)
 	awaitRoster(t, ch, "all= live=")
@@ -188,7 +189,7 @@ func membershipWatch(t *testing.T, b recipeBackend) {
 func membershipNameOnce(t *testing.T, b recipeBackend) {
 	dir := b.folder(t, "g")
 	old, fresh := b.connect(t), b.connect(t)
-	ctx := recipeCtx(t, 20*time.Second)
+	ctx := testkit.Context(t, 20*time.Second)
 	if _, err := recipe.NewGroup(old, dir, nil).Announce(ctx, "n", []byte("old")); err != nil {
 		t.Fatal(err)
 	}
@@ -230,7 +231,7 @@ func membershipEvicted(t *testing.T, b recipeBackend) {
 	dir := b.folder(t, "g")
 	member, admin := b.connect(t), b.connect(t)
 	g := recipe.NewGroup(member, dir, nil)
-	ctx := recipeCtx(t, 20*time.Second)
+	ctx := testkit.Context(t, 20*time.Second)
 	p, err := g.Announce(ctx, "m", nil)
 	if err != nil {
 		t.Fatal(err)
@@ -259,7 +260,7 @@ func membershipWithdraw(t *testing.T, b recipeBackend) {
 	dir := b.folder(t, "g")
 	c := b.connect(t)
 	g := recipe.NewGroup(c, dir, nil)
-	ctx := recipeCtx(t, 20*time.Second)
+	ctx := testkit.Context(t, 20*time.Second)
 	if err := g.Register(ctx, "m", nil); err != nil {
 		t.Fatal(err)
 	}
@@ -304,21 +305,21 @@ func membershipWithdraw(t *testing.T, b recipeBackend) {
 
 func membershipLostReply(t *testing.T, b recipeBackend) {
 	dir := b.folder(t, "g")
-	ctx := recipeCtx(t, 20*time.Second)
+	ctx := testkit.Context(t, 20*time.Second)
 	// Another member makes the live folder, so that the create whose reply
 	// is cut makes a node.
 	if _, err := recipe.NewGroup(b.connect(t), dir, nil).Announce(ctx, "other", nil); err != nil {
 		t.Fatal(err)
 	}
-	px := newCutProxy(t, b.servers[0])
-	c := b.connectTo(t, px.addr())
-	px.cutReplyTo(wire.OpCreate2)
+	px := testkit.StartProxy(t, b.servers[0])
+	c := b.connectTo(t, px.Addr())
+	px.CutReplyTo(wire.OpCreate2)
 	p, err := recipe.NewGroup(c, dir, nil).Announce(ctx, "m", []byte("mine"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if px.cutCount() != 1 {
-		t.Fatalf("%d replies cut, want the create's", px.cutCount())
+	if px.Cuts() != 1 {
+		t.Fatalf("%d replies cut, want the create's", px.Cuts())
 	}
 	// The node the lost create made is recognised as this session's.
 	select {
@@ -336,12 +337,12 @@ func membershipLostReply(t *testing.T, b recipeBackend) {
 // returns, though its ctx is over.
 func membershipCancelledCreate(t *testing.T, b recipeBackend) {
 	dir := b.folder(t, "g")
-	if _, err := recipe.NewGroup(b.connect(t), dir, nil).Announce(recipeCtx(t, 20*time.Second), "other", nil); err != nil {
+	if _, err := recipe.NewGroup(b.connect(t), dir, nil).Announce(testkit.Context(t, 20*time.Second), "other", nil); err != nil {
 		t.Fatal(err)
 	}
-	px := newCutProxy(t, b.servers[0])
-	c := b.connectTo(t, px.addr())
-	held, release := px.holdReplyTo(wire.OpCreate2)
+	px := testkit.StartProxy(t, b.servers[0])
+	c := b.connectTo(t, px.Addr())
+	held, release := px.HoldReplyTo(wire.OpCreate2)
 	defer release()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -356,7 +357,7 @@ func membershipCancelledCreate(t *testing.T, b recipeBackend) {
 	}
 	// Once Announce gave up on the create it syncs to learn its outcome;
 	// that answer comes behind the held reply, so let it go then.
-	cleanup := px.awaitRequest(wire.OpSync)
+	cleanup := px.AwaitRequest(wire.OpSync)
 	cancel()
 	select {
 	case <-cleanup:
