@@ -22,6 +22,8 @@ import (
 
 	"github.com/coordrun/coordrun/ensemble"
 	"github.com/coordrun/coordrun/ensemble/client"
+	"github.com/coordrun/coordrun/internal/testkit"
+	"github.com/coordrun/coordrun/internal/testkit/ensembletest"
 	"github.com/coordrun/coordrun/supervisor"
 )
 
@@ -68,7 +70,7 @@ func cronTestExec(t *testing.T, limit time.Duration, args ...string) (string, st
 // went on to connect would hang for its connect timeout and then report a
 // connection error instead.
 func TestCronBadInput(t *testing.T) {
-	dead := cronTestDeadAddr(t)
+	dead := testkit.FreeAddrs(t, "127.0.0.1", 1)[0]
 	dir := t.TempDir()
 	jobsFile := func(name, content string) string {
 		p := filepath.Join(dir, name)
@@ -203,7 +205,7 @@ func cronTestClient(t *testing.T, addr string) *client.Client {
 // code, and `cron list --json` the job's definition, last firing, next
 // firing and the hosts taking part; the text forms show the same rows.
 func TestCronHistoryAndList(t *testing.T) {
-	addr := cronTestEnsemble(t)
+	addr := ensembletest.Start(t, 1).ClientAddr(0)
 	c := cronTestClient(t, addr)
 	const root, job = "/coordrun/cron", "hist"
 	out := filepath.Join(t.TempDir(), "runs.log")
@@ -215,17 +217,17 @@ func TestCronHistoryAndList(t *testing.T) {
 			"--session-timeout", "3s", "--kill-grace", "300ms", "--drift-margin", "100ms", "--catch-up", "1m", "--"}, argv...)
 		hosts = append(hosts, procStart(t, name, args...))
 	}
-	pids := []int{hosts[0].cmd.Process.Pid, hosts[1].cmd.Process.Pid}
+	pids := []int{hosts[0].Pid(), hosts[1].Pid()}
 
 	// Wait for both hosts, then for three firings after that to finish.
 	var registered time.Time
-	procWait(t, 20*time.Second, "both hosts to register", func() bool {
+	testkit.WaitFor(t, 20*time.Second, "both hosts to register", func() bool {
 		kids, _, err := c.Children(context.Background(), root+"/"+job+"/hosts")
 		registered = time.Now()
 		return err == nil && len(kids) == 2
 	})
 	var recs []supervisor.FiringRecord
-	procWait(t, 20*time.Second, "three firings to finish", func() bool {
+	testkit.WaitFor(t, 20*time.Second, "three firings to finish", func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		var err error
@@ -355,11 +357,11 @@ func TestCronHistoryAndList(t *testing.T) {
 
 	// SIGTERM stops a cron host with exit 0.
 	for _, h := range hosts {
-		_ = h.cmd.Process.Signal(syscall.SIGTERM)
+		_ = h.Signal(syscall.SIGTERM)
 	}
 	for _, h := range hosts {
-		if code := h.exitCode(t, 15*time.Second); code != 0 {
-			t.Errorf("%s exited %d after SIGTERM, want 0", h.name, code)
+		if code := h.Exit(t, 15*time.Second); code != 0 {
+			t.Errorf("%s exited %d after SIGTERM, want 0", h.Name, code)
 		}
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coordrun/coordrun/internal/testkit"
 	"github.com/go-zookeeper/zk"
 )
 
@@ -91,16 +92,16 @@ func TestNotifySystemd(t *testing.T) {
 	t.Setenv("NOTIFY_SOCKET", sock.path)
 	t.Setenv("WATCHDOG_USEC", "1000000") // pings every 0.5s
 	t.Setenv("WATCHDOG_PID", "")
-	client := procPorts(t, 1)[0]
+	client := testkit.FreeAddrs(t, "127.0.0.1", 1)[0]
 	p := procStart(t, "notify server", "server", "--dev", "--client-addr", client, "--log-format", "json")
 
 	ready, before := sock.await(t, 30*time.Second, "READY=1")
 	// Ready means serving: the client port answers at once, a leader is
 	// known, and a session works.
-	if answer, err := procFourLetter(client, "ruok"); answer != "imok" {
+	if answer, err := procWord(client, "ruok", nil); answer != "imok" {
 		t.Fatalf("ruok right after READY=1: %q %v", answer, err)
 	}
-	if srvr, err := procFourLetter(client, "srvr"); !strings.Contains(srvr, "Mode: standalone") {
+	if srvr, err := procWord(client, "srvr", nil); !strings.Contains(srvr, "Mode: standalone") {
 		t.Fatalf("srvr right after READY=1: %q %v", srvr, err)
 	}
 	if !hasLine(ready, "STATUS=serving clients on "+client) {
@@ -111,7 +112,7 @@ func TestNotifySystemd(t *testing.T) {
 			t.Errorf("STOPPING=1 before READY=1: %q", before)
 		}
 	}
-	conn := procConnect(t, []string{client}, 10*time.Second)
+	conn := testkit.DialZK(t, []string{client}, 10*time.Second)
 	if _, err := conn.Create("/notify", nil, 0, zk.WorldACL(zk.PermAll)); err != nil {
 		t.Fatalf("create after READY=1: %v", err)
 	}
@@ -122,11 +123,11 @@ func TestNotifySystemd(t *testing.T) {
 		sock.await(t, 10*time.Second, "WATCHDOG=1")
 	}
 
-	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+	if err := p.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
 	sock.await(t, 15*time.Second, "STOPPING=1")
-	if code := p.exitCode(t, 15*time.Second); code != 0 {
+	if code := p.Exit(t, 15*time.Second); code != 0 {
 		t.Fatalf("exit code %d after SIGTERM", code)
 	}
 	// The process is gone, so everything it sent is queued on the socket.
@@ -142,7 +143,7 @@ func TestNotifySystemd(t *testing.T) {
 
 	// Every output line is one JSON object with slog's keys; raft's own
 	// lines come through the bridge as messages.
-	out := strings.TrimRight(p.stderr.String(), "\n")
+	out := strings.TrimRight(p.Out.String(), "\n")
 	raftLines := 0
 	for _, line := range strings.Split(out, "\n") {
 		var rec map[string]any

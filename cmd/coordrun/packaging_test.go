@@ -24,6 +24,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coordrun/coordrun/internal/testkit"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	"go.yaml.in/yaml/v3"
@@ -538,52 +539,22 @@ func TestPackageDeb(t *testing.T) {
 // to be answered with imok, and stops it with SIGTERM (exit 0).
 func pkgServe(t *testing.T, bin string) {
 	t.Helper()
-	client := procPorts(t, 1)[0]
-	out := &procBuffer{}
+	client := testkit.FreeAddrs(t, "127.0.0.1", 1)[0]
 	cmd := exec.Command(bin, "server", "--dev", "--client-addr", client)
 	cmd.Env = procEnv()
-	cmd.Stdout, cmd.Stderr = out, out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	defer func() {
-		select {
-		case <-done:
-		default:
-			_ = cmd.Process.Kill()
-			<-done
-		}
-		if t.Failed() {
-			t.Logf("%s server --dev output:\n%s", bin, out.String())
-		}
-	}()
+	p := testkit.Spawn(t, bin+" server --dev", cmd)
 	var answer string
-	exited := false
-	procWait(t, 20*time.Second, "ruok to be answered", func() bool {
-		answer, _ = procFourLetter(client, "ruok")
-		select {
-		case err := <-done:
-			done <- err
-			exited = true
-		default:
-		}
-		return answer == "imok" || exited
+	testkit.WaitFor(t, 20*time.Second, "ruok to be answered", func() bool {
+		answer, _ = procWord(client, "ruok", nil)
+		return answer == "imok" || !p.Running()
 	})
 	if answer != "imok" {
-		t.Fatalf("%s server --dev: ruok answered %q (exited: %v)", bin, answer, exited)
+		t.Fatalf("%s server --dev: ruok answered %q (exited: %v)", bin, answer, !p.Running())
 	}
-	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+	if err := p.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case err := <-done:
-		done <- err
-		if err != nil {
-			t.Fatalf("%s server --dev after SIGTERM: %v", bin, err)
-		}
-	case <-time.After(15 * time.Second):
-		t.Fatalf("%s server --dev still running 15s after SIGTERM", bin)
+	if code := p.Exit(t, 15*time.Second); code != 0 {
+		t.Fatalf("%s server --dev after SIGTERM: exit %d", bin, code)
 	}
 }

@@ -8,23 +8,24 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha1"
+	"crypto/tls"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/coordrun/coordrun/ensemble"
+	"github.com/coordrun/coordrun/ensemble/client"
+	"github.com/coordrun/coordrun/internal/testkit"
 	"github.com/go-zookeeper/zk"
 )
 
@@ -33,33 +34,7 @@ import (
 var procBin string
 
 func TestMain(m *testing.M) {
-	os.Exit(procMain(m))
-}
-
-func procMain(m *testing.M) int {
-	if b := os.Getenv("COORDRUN_BIN"); b != "" {
-		abs, err := filepath.Abs(b)
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "COORDRUN_BIN:", err)
-			return 1
-		}
-		procBin = abs
-		return m.Run()
-	}
-	dir, err := os.MkdirTemp("", "coordrun-process-test-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer os.RemoveAll(dir)
-	procBin = filepath.Join(dir, "coordrun")
-	build := exec.Command("go", "build", "-o", procBin, ".")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "building coordrun:", err)
-		return 1
-	}
-	return m.Run()
+	os.Exit(testkit.RunWithBinary(m, &procBin))
 }
 
 // --- helpers ----------------------------------------------------------------
@@ -76,120 +51,24 @@ func procEnv() []string {
 	return env
 }
 
-// procPorts reserves n distinct free loopback ports. They are released
-// before use, so another process could grab one; on a test machine that is
-// rare enough.
-func procPorts(t *testing.T, n int) []string {
-	t.Helper()
-	var lns []net.Listener
-	var addrs []string
-	for i := 0; i < n; i++ {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		lns = append(lns, ln)
-		addrs = append(addrs, ln.Addr().String())
-	}
-	for _, ln := range lns {
-		ln.Close()
-	}
-	return addrs
-}
-
-// procWait polls cond until it holds or the deadline passes.
-func procWait(t testing.TB, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", d, what)
-		}
-		<-tick.C
-	}
-}
-
-// procBuffer is a goroutine-safe output buffer.
-type procBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *procBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *procBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
+// procWord asks the client port at addr a four-letter word, over TLS
+// with tc, allowing it 3s.
+func procWord(addr, word string, tc *tls.Config) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	return client.FourLetter(ctx, addr, word, tc)
 }
 
 // proc is one running coordrun process.
-type proc struct {
-	name   string
-	args   []string
-	cmd    *exec.Cmd
-	stderr *procBuffer
-	done   chan struct{}
-}
+type proc = testkit.Process
 
 // procStart starts the binary with args; the process is killed when the
-// test ends, and its stderr is shown if the test failed.
+// test ends, and its output is shown if the test failed.
 func procStart(t *testing.T, name string, args ...string) *proc {
 	t.Helper()
-	p := &proc{name: name, args: args, stderr: &procBuffer{}, done: make(chan struct{})}
-	p.cmd = exec.Command(procBin, args...)
-	p.cmd.Env = procEnv()
-	p.cmd.Stdout = p.stderr
-	p.cmd.Stderr = p.stderr
-	if err := p.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() {
-		_ = p.cmd.Wait()
-		close(p.done)
-	}()
-	t.Cleanup(func() {
-		p.kill()
-		if t.Failed() {
-			t.Logf("--- %s (%s) output:\n%s", p.name, strings.Join(p.args, " "), p.stderr.String())
-		}
-	})
-	return p
-}
-
-func (p *proc) running() bool {
-	select {
-	case <-p.done:
-		return false
-	default:
-		return true
-	}
-}
-
-// kill sends SIGKILL and waits for the process to be gone.
-func (p *proc) kill() {
-	if p.running() {
-		_ = p.cmd.Process.Signal(syscall.SIGKILL)
-	}
-	<-p.done
-}
-
-// exitCode waits up to d for the process to exit and returns its code.
-func (p *proc) exitCode(t *testing.T, d time.Duration) int {
-	t.Helper()
-	select {
-	case <-p.done:
-		return p.cmd.ProcessState.ExitCode()
-	case <-time.After(d):
-		t.Fatalf("%s still running after %v; output:\n%s", p.name, d, p.stderr.String())
-		return -1
-	}
+	cmd := exec.Command(procBin, args...)
+	cmd.Env = procEnv()
+	return testkit.Spawn(t, name, cmd)
 }
 
 // procListening reports whether something accepts connections on addr.
@@ -202,41 +81,21 @@ func procListening(addr string) bool {
 	return true
 }
 
-// procFourLetter sends a four-letter word and returns the answer.
-func procFourLetter(addr, word string) (string, error) {
-	c, err := net.DialTimeout("tcp", addr, time.Second)
-	if err != nil {
-		return "", err
-	}
-	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(3 * time.Second))
-	if _, err := c.Write([]byte(word)); err != nil {
-		return "", err
-	}
-	b, err := io.ReadAll(c)
-	return string(b), err
-}
-
 // procEnsemble is a 3-member ensemble of coordrun processes.
 type procEnsemble struct {
-	t       *testing.T
-	dirs    []string
-	clients []string
-	peerArg string
-	procs   []*proc
+	*testkit.ProcessEnsemble
+	t     *testing.T
+	procs []*proc
 }
 
 func procStartEnsemble(t *testing.T) *procEnsemble {
 	t.Helper()
-	addrs := procPorts(t, 6)
-	e := &procEnsemble{t: t, clients: addrs[:3]}
-	var peers []string
-	for i := 0; i < 3; i++ {
-		peers = append(peers, fmt.Sprintf("%d=%s", i+1, addrs[3+i]))
-		e.dirs = append(e.dirs, t.TempDir())
+	layout, err := testkit.NewProcessEnsemble(procBin, "127.0.0.1", t.TempDir(), 3)
+	if err != nil {
+		t.Fatal(err)
 	}
-	e.peerArg = strings.Join(peers, ",")
-	e.procs = make([]*proc, 3)
+	layout.Args = append(testkit.RaftFlags(), "--log-level", "info")
+	e := &procEnsemble{ProcessEnsemble: layout, t: t, procs: make([]*proc, 3)}
 	for i := range e.procs {
 		e.start(i)
 	}
@@ -244,25 +103,11 @@ func procStartEnsemble(t *testing.T) *procEnsemble {
 	return e
 }
 
-// start (re)starts member i on its data dir and addresses. Raft timeouts
-// are a little above the defaults so that a loaded test machine does not
-// depose leaders on its own.
+// start (re)starts member i on its data dir and addresses.
 func (e *procEnsemble) start(i int) {
 	e.t.Helper()
-	peerAddr := strings.SplitN(strings.Split(e.peerArg, ",")[i], "=", 2)[1]
-	e.procs[i] = procStart(e.t, fmt.Sprintf("member %d", i+1), "server",
-		"--id", fmt.Sprint(i+1),
-		"--data-dir", e.dirs[i],
-		"--client-addr", e.clients[i],
-		"--peer-addr", peerAddr,
-		"--peers", e.peerArg,
-		"--heartbeat-timeout", "1s",
-		"--election-timeout", "1s",
-		"--log-level", "info",
-	)
+	e.procs[i] = procStart(e.t, fmt.Sprintf("member %d", i+1), e.ServerArgs(i)...)
 }
-
-func (e *procEnsemble) servers() string { return strings.Join(e.clients, ",") }
 
 // status runs `coordrun ensemble status --json` against servers.
 func procStatus(servers string) (ensemble.Status, error) {
@@ -307,29 +152,11 @@ func (e *procEnsemble) waitHealthy(d time.Duration, minApplied uint64) ensemble.
 	e.t.Helper()
 	var st ensemble.Status
 	var err error
-	procWait(e.t, d, "a healthy 3-member ensemble", func() bool {
-		st, err = procStatus(e.servers())
+	testkit.WaitFor(e.t, d, "a healthy 3-member ensemble", func() bool {
+		st, err = procStatus(e.Servers())
 		return err == nil && procHealthy(st, minApplied)
 	})
 	return st
-}
-
-type procQuiet struct{}
-
-func (procQuiet) Printf(string, ...interface{}) {}
-
-// procConnect opens a go-zookeeper session and waits for it.
-func procConnect(t *testing.T, servers []string, timeout time.Duration) *zk.Conn {
-	t.Helper()
-	conn, _, err := zk.Connect(servers, timeout, zk.WithLogger(procQuiet{}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(conn.Close)
-	procWait(t, 15*time.Second, "a session with "+strings.Join(servers, ","), func() bool {
-		return conn.State() == zk.StateHasSession
-	})
-	return conn
 }
 
 func procRetryable(err error) bool {
@@ -350,7 +177,7 @@ func procCreate(t *testing.T, conn *zk.Conn, path, data string, deadline time.Ti
 			t.Fatalf("create %s: %v", path, err)
 		}
 		uncertain = true
-		procWait(t, time.Until(deadline)+time.Second, "the client to reconnect", func() bool {
+		testkit.WaitFor(t, time.Until(deadline)+time.Second, "the client to reconnect", func() bool {
 			return conn.State() == zk.StateHasSession || time.Now().After(deadline)
 		})
 	}
@@ -434,7 +261,7 @@ func TestZkCliAgainstEnsemble(t *testing.T) {
 
 	// Session 1, on member 1: the basic commands, then a node only alice
 	// may touch. Quitting closes the session, which removes its ephemeral.
-	out, code := procZkCli(t, e.clients[0], strings.Join([]string{
+	out, code := procZkCli(t, e.ClientAddrs[0], strings.Join([]string{
 		"create /zkcli v1",
 		"create /zkcli/child c1",
 		"ls /zkcli",
@@ -485,7 +312,7 @@ func TestZkCliAgainstEnsemble(t *testing.T) {
 	// access the node's ACL governs is denied, also with a wrong password.
 	// (Deleting it is not among them: as in ZooKeeper, delete is checked
 	// against the parent's ACL, here world:anyone.)
-	out, code = procZkCli(t, e.clients[1], strings.Join([]string{
+	out, code = procZkCli(t, e.ClientAddrs[1], strings.Join([]string{
 		"ls /zkcli",
 		"get /zkcli/secure",
 		"getAcl /zkcli/secure",
@@ -520,17 +347,17 @@ func TestZkCliAgainstEnsemble(t *testing.T) {
 
 	// One command on the command line, on member 3: the exit code tells
 	// success from failure.
-	out, code = procZkCli(t, e.clients[2], "", "ls", "/zkcli")
+	out, code = procZkCli(t, e.ClientAddrs[2], "", "ls", "/zkcli")
 	if code != 0 || !strings.Contains(out, "[secure]\n") {
 		t.Fatalf("zkCli.sh ls /zkcli on member 3: exit %d\n%s", code, out)
 	}
-	out, code = procZkCli(t, e.clients[2], "", "get", "/zkcli/secure")
+	out, code = procZkCli(t, e.ClientAddrs[2], "", "get", "/zkcli/secure")
 	if code == 0 || !strings.Contains(out, denied+"\n") {
 		t.Fatalf("zkCli.sh get /zkcli/secure without auth on member 3: exit %d\n%s", code, out)
 	}
 
 	// The state as a Go client sees it on member 3.
-	conn := procConnect(t, []string{e.clients[2]}, 10*time.Second)
+	conn := testkit.DialZK(t, []string{e.ClientAddrs[2]}, 10*time.Second)
 	if _, err := conn.Sync("/zkcli"); err != nil {
 		t.Fatal(err)
 	}
@@ -561,7 +388,7 @@ func TestZkCliAgainstEnsemble(t *testing.T) {
 // reports the same applied index.
 func TestProcessKillLeader(t *testing.T) {
 	e := procStartEnsemble(t)
-	conn := procConnect(t, e.clients, 10*time.Second)
+	conn := testkit.DialZK(t, e.ClientAddrs, 10*time.Second)
 	deadline := time.Now().Add(60 * time.Second) // a backstop
 	procCreate(t, conn, "/kill", "", deadline)
 	for i := 0; i < 20; i++ {
@@ -570,17 +397,17 @@ func TestProcessKillLeader(t *testing.T) {
 
 	// The leader per `ensemble status`, confirmed by the member itself.
 	var lead int
-	procWait(t, 15*time.Second, "the leader to be identified", func() bool {
+	testkit.WaitFor(t, 15*time.Second, "the leader to be identified", func() bool {
 		st := e.waitHealthy(10*time.Second, 0)
 		if _, err := fmt.Sscan(st.Leader, &lead); err != nil || lead < 1 || lead > 3 {
 			t.Fatalf("leader id %q", st.Leader)
 		}
-		srvr, err := procFourLetter(e.clients[lead-1], "srvr")
+		srvr, err := procWord(e.ClientAddrs[lead-1], "srvr", nil)
 		return err == nil && strings.Contains(srvr, "Mode: leader")
 	})
 	victim := e.procs[lead-1]
 	killed := time.Now()
-	victim.kill()
+	victim.Kill()
 	t.Logf("killed leader %d", lead)
 
 	// Writes resume through a new leader.
@@ -591,12 +418,12 @@ func TestProcessKillLeader(t *testing.T) {
 		}
 	}
 	var others []string
-	for i, a := range e.clients {
+	for i, a := range e.ClientAddrs {
 		if i != lead-1 {
 			others = append(others, a)
 		}
 	}
-	procWait(t, 15*time.Second, "a new leader among the survivors", func() bool {
+	testkit.WaitFor(t, 15*time.Second, "a new leader among the survivors", func() bool {
 		st, err := procStatus(strings.Join(others, ","))
 		return err == nil && st.Leader != "" && st.Leader != fmt.Sprint(lead)
 	})
@@ -605,8 +432,8 @@ func TestProcessKillLeader(t *testing.T) {
 	// member at the same applied index.
 	e.start(lead - 1)
 	var last ensemble.Status
-	procWait(t, 30*time.Second, "three members at the same applied index", func() bool {
-		st, err := procStatus(e.clients[lead-1] + "," + e.servers())
+	testkit.WaitFor(t, 30*time.Second, "three members at the same applied index", func() bool {
+		st, err := procStatus(e.ClientAddrs[lead-1] + "," + e.Servers())
 		if err != nil || !procHealthy(st, 0) {
 			return false
 		}
@@ -623,7 +450,7 @@ func TestProcessKillLeader(t *testing.T) {
 	}
 
 	// The restarted member serves every write.
-	rc := procConnect(t, []string{e.clients[lead-1]}, 10*time.Second)
+	rc := testkit.DialZK(t, []string{e.ClientAddrs[lead-1]}, 10*time.Second)
 	if _, err := rc.Sync("/kill"); err != nil {
 		t.Fatal(err)
 	}
@@ -645,7 +472,7 @@ func TestProcessKillLeader(t *testing.T) {
 // TestBadConfig: configuration mistakes end the server at once with exit
 // code 64 and a message that names the problem, before it listens anywhere.
 func TestBadConfig(t *testing.T) {
-	addrs := procPorts(t, 2)
+	addrs := testkit.FreeAddrs(t, "127.0.0.1", 2)
 	client, peer := addrs[0], addrs[1]
 	cases := []struct {
 		name   string
@@ -712,8 +539,8 @@ func TestBadConfig(t *testing.T) {
 				args = append(args, "--config", file)
 			}
 			p := procStart(t, "server", args...)
-			code := p.exitCode(t, 15*time.Second)
-			stderr := p.stderr.String()
+			code := p.Exit(t, 15*time.Second)
+			stderr := p.Out.String()
 			if code != exitUsage {
 				t.Errorf("exit code %d, want %d; stderr:\n%s", code, exitUsage, stderr)
 			}
@@ -738,22 +565,22 @@ func TestBadConfig(t *testing.T) {
 // TestServerDev: a --dev server answers clients and exits 0 on SIGTERM,
 // removing its throwaway data dir.
 func TestServerDev(t *testing.T) {
-	client := procPorts(t, 1)[0]
+	client := testkit.FreeAddrs(t, "127.0.0.1", 1)[0]
 	p := procStart(t, "dev server", "server", "--dev", "--client-addr", client)
 	var answer string
-	procWait(t, 15*time.Second, "ruok to be answered", func() bool {
-		answer, _ = procFourLetter(client, "ruok")
-		return answer == "imok" || !p.running()
+	testkit.WaitFor(t, 15*time.Second, "ruok to be answered", func() bool {
+		answer, _ = procWord(client, "ruok", nil)
+		return answer == "imok" || !p.Running()
 	})
 	if answer != "imok" {
-		t.Fatalf("ruok: %q; the server exited with %d", answer, p.exitCode(t, time.Second))
+		t.Fatalf("ruok: %q; the server exited with %d", answer, p.Exit(t, time.Second))
 	}
 	var srvr string
-	procWait(t, 15*time.Second, "srvr to report standalone mode", func() bool {
-		srvr, _ = procFourLetter(client, "srvr")
+	testkit.WaitFor(t, 15*time.Second, "srvr to report standalone mode", func() bool {
+		srvr, _ = procWord(client, "srvr", nil)
 		return strings.Contains(srvr, "Mode: standalone")
 	})
-	conn := procConnect(t, []string{client}, 10*time.Second)
+	conn := testkit.DialZK(t, []string{client}, 10*time.Second)
 	if _, err := conn.Create("/dev", []byte("x"), 0, zk.WorldACL(zk.PermAll)); err != nil {
 		t.Fatalf("create: %v", err)
 	}
@@ -763,20 +590,20 @@ func TestServerDev(t *testing.T) {
 	conn.Close()
 
 	var dataDir string
-	if m := regexp.MustCompile(`data_dir=(\S+)`).FindStringSubmatch(p.stderr.String()); m != nil {
+	if m := regexp.MustCompile(`data_dir=(\S+)`).FindStringSubmatch(p.Out.String()); m != nil {
 		dataDir = m[1]
 	}
-	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+	if err := p.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	if code := p.exitCode(t, 15*time.Second); code != 0 {
-		t.Fatalf("exit code %d after SIGTERM, want 0; output:\n%s", code, p.stderr.String())
+	if code := p.Exit(t, 15*time.Second); code != 0 {
+		t.Fatalf("exit code %d after SIGTERM, want 0; output:\n%s", code, p.Out.String())
 	}
 	if procListening(client) {
 		t.Fatalf("%s still accepts connections after exit", client)
 	}
 	if dataDir == "" {
-		t.Fatalf("no data_dir in the log:\n%s", p.stderr.String())
+		t.Fatalf("no data_dir in the log:\n%s", p.Out.String())
 	}
 	if _, err := os.Stat(dataDir); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("the --dev data dir %s is still there after exit (%v)", dataDir, err)

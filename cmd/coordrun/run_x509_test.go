@@ -2,13 +2,9 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/json"
 	"errors"
-	"net"
 	"os"
 	"os/exec"
 	"path"
@@ -18,32 +14,9 @@ import (
 
 	"github.com/coordrun/coordrun/ensemble/client"
 	"github.com/coordrun/coordrun/ensemble/wire"
+	"github.com/coordrun/coordrun/internal/testkit"
 	"github.com/coordrun/coordrun/supervisor"
 )
-
-// issueOrg is issue with an organization in the subject.
-func (f *tlsFiles) issueOrg(name, org string) (certFile, keyFile string) {
-	f.t.Helper()
-	key := tlsKey(f.t)
-	tmpl := &x509.Certificate{
-		SerialNumber: tlsSerial(f.t),
-		Subject:      pkix.Name{CommonName: name, Organization: []string{org}},
-		NotBefore:    time.Now().Add(-time.Hour),
-		NotAfter:     time.Now().Add(24 * time.Hour),
-		IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1)},
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, f.cert, &key.PublicKey, f.key)
-	if err != nil {
-		f.t.Fatal(err)
-	}
-	kder, err := x509.MarshalPKCS8PrivateKey(key)
-	if err != nil {
-		f.t.Fatal(err)
-	}
-	return f.write(name+".pem", "CERTIFICATE", der), f.write(name+"-key.pem", "PRIVATE KEY", kder)
-}
 
 // TestRunX509Identity: supervisors on two hosts with their own
 // certificates share the identity of their organization (the members map
@@ -51,21 +24,21 @@ func (f *tlsFiles) issueOrg(name, org string) (certFile, keyFile string) {
 // identity may change; a client of another organization can read the
 // lock but not touch it, and its supervisor is refused with exit 64.
 func TestRunX509Identity(t *testing.T) {
-	ca := newTLSFiles(t, "test")
-	srvCert, srvKey := ca.issue("server")
-	addr := procPorts(t, 1)[0]
+	ca := testkit.NewCA(t, "test")
+	srvCert, srvKey := tlsIssue(t, ca, "server")
+	addr := testkit.FreeAddrs(t, "127.0.0.1", 1)[0]
 	srv := procStart(t, "tls server", "server", "--dev", "--client-addr", addr,
-		"--tls-cert", srvCert, "--tls-key", srvKey, "--tls-client-ca", ca.CA, "--tls-client-identity", "o")
-	h1Cert, h1Key := ca.issueOrg("host1", "ops")
-	h2Cert, h2Key := ca.issueOrg("host2", "ops")
-	evCert, evKey := ca.issueOrg("eve", "other")
-	evTLS := &tls.Config{RootCAs: ca.pool(), Certificates: mustKeyPair(t, evCert, evKey)}
-	procWait(t, 15*time.Second, "ruok over TLS", func() bool { return tlsRuok(addr, evTLS) == "imok" || !srv.running() })
-	if !srv.running() {
-		t.Fatalf("the server exited with %d:\n%s", srv.exitCode(t, time.Second), srv.stderr.String())
+		"--tls-cert", srvCert, "--tls-key", srvKey, "--tls-client-ca", ca.File, "--tls-client-identity", "o")
+	h1Cert, h1Key := ca.Files(t, "host1", ca.Issue(t, orgCert("host1", "ops")))
+	h2Cert, h2Key := ca.Files(t, "host2", ca.Issue(t, orgCert("host2", "ops")))
+	evCert, evKey := ca.Files(t, "eve", ca.Issue(t, orgCert("eve", "other")))
+	evTLS := &tls.Config{RootCAs: ca.Pool, Certificates: mustKeyPair(t, evCert, evKey)}
+	testkit.WaitFor(t, 15*time.Second, "ruok over TLS", func() bool { ans, _ := procWord(addr, "ruok", evTLS); return ans == "imok" || !srv.Running() })
+	if !srv.Running() {
+		t.Fatalf("the server exited with %d:\n%s", srv.Exit(t, time.Second), srv.Out.String())
 	}
 	creds := func(cert, key string) []string {
-		return []string{"--servers", addr, "--tls-ca", ca.CA, "--tls-cert", cert, "--tls-key", key}
+		return []string{"--servers", addr, "--tls-ca", ca.File, "--tls-cert", cert, "--tls-key", key}
 	}
 	const lock = "x509"
 	dir := path.Join("/coordrun/locks", lock)
@@ -86,10 +59,10 @@ func TestRunX509Identity(t *testing.T) {
 		}
 		return ls[0]
 	}
-	procWait(t, 15*time.Second, "host1 to hold the lock", func() bool { st := state(); return st.Holder != nil && st.Holder.Holding })
+	testkit.WaitFor(t, 15*time.Second, "host1 to hold the lock", func() bool { st := state(); return st.Holder != nil && st.Holder.Holding })
 	b := run("host2", h2Cert, h2Key)
 	var st supervisor.LockState
-	procWait(t, 15*time.Second, "host2 to queue behind host1", func() bool { st = state(); return len(st.Waiters) == 1 })
+	testkit.WaitFor(t, 15*time.Second, "host2 to queue behind host1", func() bool { st = state(); return len(st.Waiters) == 1 })
 	if st.ACL != "x509:O=ops:cdrwa,world:anyone:r" || st.Open {
 		t.Errorf("lock folder ACL %q (open %v), want x509:O=ops:cdrwa,world:anyone:r", st.ACL, st.Open)
 	}
@@ -123,15 +96,15 @@ func TestRunX509Identity(t *testing.T) {
 		}
 	}
 	e := run("eve", evCert, evKey)
-	if code := e.exitCode(t, 20*time.Second); code != exitUsage || !strings.Contains(e.stderr.String(), "x509:O=other") || !strings.Contains(e.stderr.String(), "x509:O=ops") {
-		t.Errorf("eve's supervisor: exit %d, want %d naming the ACL found and eve's identity:\n%s", code, exitUsage, e.stderr.String())
+	if code := e.Exit(t, 20*time.Second); code != exitUsage || !strings.Contains(e.Out.String(), "x509:O=other") || !strings.Contains(e.Out.String(), "x509:O=ops") {
+		t.Errorf("eve's supervisor: exit %d, want %d naming the ACL found and eve's identity:\n%s", code, exitUsage, e.Out.String())
 	}
 	if err := os.WriteFile(gate, nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	for _, p := range []*proc{a, b} {
-		if code := p.exitCode(t, 20*time.Second); code != 0 {
-			t.Errorf("%s exited %d:\n%s", p.name, code, p.stderr.String())
+		if code := p.Exit(t, 20*time.Second); code != 0 {
+			t.Errorf("%s exited %d:\n%s", p.Name, code, p.Out.String())
 		}
 	}
 }

@@ -1,18 +1,14 @@
 package main
 
 import (
-	"crypto/rand"
-	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"errors"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/coordrun/coordrun/internal/testkit"
 	"github.com/go-zookeeper/zk"
 )
 
@@ -20,11 +16,11 @@ import (
 // picks what of a client certificate is its x509 identity; bad values are
 // usage errors naming the flag and the key.
 func TestServerClientIdentity(t *testing.T) {
-	ca := newTLSFiles(t, "identity")
-	srvCert, srvKey := ca.issue("server")
-	addr := procPorts(t, 1)[0]
+	ca := testkit.NewCA(t, "identity")
+	srvCert, srvKey := tlsIssue(t, ca, "server")
+	addr := testkit.FreeAddrs(t, "127.0.0.1", 1)[0]
 	dev := []string{"server", "--dev", "--client-addr", addr}
-	tlsFlags := []string{"--tls-cert", srvCert, "--tls-key", srvKey, "--tls-client-ca", ca.CA}
+	tlsFlags := []string{"--tls-cert", srvCert, "--tls-key", srvKey, "--tls-client-ca", ca.File}
 
 	t.Run("bad values", func(t *testing.T) {
 		badFile := filepath.Join(t.TempDir(), "coordrun.yaml")
@@ -59,7 +55,7 @@ func TestServerClientIdentity(t *testing.T) {
 
 	t.Run("shared identity from the config file", func(t *testing.T) {
 		file := filepath.Join(t.TempDir(), "coordrun.yaml")
-		cfg := "tls-cert: " + srvCert + "\ntls-key: " + srvKey + "\ntls-client-ca: " + ca.CA + "\ntls-client-identity: o\n"
+		cfg := "tls-cert: " + srvCert + "\ntls-key: " + srvKey + "\ntls-client-ca: " + ca.File + "\ntls-client-identity: o\n"
 		if err := os.WriteFile(file, []byte(cfg), 0o600); err != nil {
 			t.Fatal(err)
 		}
@@ -80,45 +76,15 @@ func TestServerClientIdentity(t *testing.T) {
 }
 
 // orgClient connects over TLS with a new certificate CN=cn,O=o of ca.
-func orgClient(t *testing.T, ca *tlsFiles, addr, cn, o string, server *proc) *zk.Conn {
+func orgClient(t *testing.T, ca *testkit.CA, addr, cn, o string, server *proc) *zk.Conn {
 	t.Helper()
-	key := tlsKey(t)
-	tmpl := &x509.Certificate{
-		SerialNumber: tlsSerial(t),
-		Subject:      pkix.Name{CommonName: cn, Organization: []string{o}},
-		NotBefore:    time.Now().Add(-time.Hour),
-		NotAfter:     time.Now().Add(24 * time.Hour),
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tc := &tls.Config{RootCAs: ca.pool(), Certificates: []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: key}}}
-	procWait(t, 15*time.Second, "ruok over TLS", func() bool {
-		return tlsRuok(addr, tc) == "imok" || !server.running()
+	tc := ca.ClientTLS(ca.Issue(t, orgCert(cn, o)))
+	testkit.WaitFor(t, 15*time.Second, "ruok over TLS", func() bool {
+		ans, _ := procWord(addr, "ruok", tc)
+		return ans == "imok" || !server.Running()
 	})
-	if !server.running() {
-		t.Fatalf("the server exited:\n%s", server.stderr.String())
+	if !server.Running() {
+		t.Fatalf("the server exited:\n%s", server.Out.String())
 	}
-	dial := func(network, address string, timeout time.Duration) (net.Conn, error) {
-		return tls.DialWithDialer(&net.Dialer{Timeout: timeout}, network, address, tc)
-	}
-	conn, events, err := zk.Connect([]string{addr}, 5*time.Second, zk.WithLogger(procQuiet{}), zk.WithDialer(dial))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(conn.Close)
-	deadline := time.After(15 * time.Second)
-	for {
-		select {
-		case ev := <-events:
-			if ev.State == zk.StateHasSession {
-				return conn
-			}
-		case <-deadline:
-			t.Fatalf("%s: no session over TLS", cn)
-		}
-	}
+	return testkit.DialZK(t, []string{addr}, 5*time.Second, testkit.ZKTLS(tc))
 }
