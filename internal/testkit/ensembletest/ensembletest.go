@@ -32,7 +32,7 @@ func config(n int, tweak []func(*ensemble.Config)) testkit.ClusterConfig[*ensemb
 	return testkit.ClusterConfig[*ensemble.Member]{
 		Members: n,
 		Start: func(s testkit.MemberSpec) (*ensemble.Member, error) {
-			cfg := MemberConfig(s)
+			cfg := memberConfig(s)
 			for _, f := range tweak {
 				f(&cfg)
 			}
@@ -41,9 +41,10 @@ func config(n int, tweak []func(*ensemble.Config)) testkit.ClusterConfig[*ensemb
 	}
 }
 
-// MemberConfig is the configuration of the member s describes, with the
-// kit's timing.
-func MemberConfig(s testkit.MemberSpec) ensemble.Config {
+// memberConfig is the configuration of the member s describes, with the
+// kit's timing. (The ensemble's own tests, which cannot import this
+// package, map a spec the same way.)
+func memberConfig(s testkit.MemberSpec) ensemble.Config {
 	cfg := ensemble.Config{
 		ID:                s.ID,
 		DataDir:           s.DataDir,
