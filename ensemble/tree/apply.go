@@ -5,11 +5,13 @@ import (
 	"slices"
 )
 
-// Mode is a create mode, numbered like ZooKeeper's CreateMode flags.
+// Mode is a create mode. The values are part of the log format (Txn
+// encodes them), so they never change; they are numbered like ZooKeeper's
+// CreateMode, but the server maps the wire's flags to them explicitly.
 type Mode int32
 
-// Create modes. ZooKeeper's TTL modes (5 and 6) are refused with
-// ErrUnimplemented, as ZooKeeper does while extended types are disabled.
+// Create modes. ZooKeeper's TTL modes are refused with ErrUnimplemented, as
+// ZooKeeper does while extended types are disabled.
 const (
 	ModePersistent           Mode = 0
 	ModeEphemeral            Mode = 1
@@ -17,12 +19,28 @@ const (
 	ModeEphemeralSequential  Mode = 3
 	ModeContainer            Mode = 4
 
-	modePersistentTTL           Mode = 5
-	modePersistentSequentialTTL Mode = 6
+	ModePersistentTTL           Mode = 5
+	ModePersistentSequentialTTL Mode = 6
 )
 
 func (m Mode) sequential() bool { return m == ModePersistentSequential || m == ModeEphemeralSequential }
 func (m Mode) ephemeral() bool  { return m == ModeEphemeral || m == ModeEphemeralSequential }
+
+// CheckCreate makes the checks of a create that depend on the request
+// alone, in ZooKeeper's precedence: the mode (TTL modes are
+// ErrUnimplemented, unknown ones bad arguments), then the path. Apply makes
+// them first when it creates; a server makes them before proposing, with
+// the same outcome, to answer a hopeless create without a round through the
+// log.
+func CheckCreate(mode Mode, path string) error {
+	switch {
+	case mode == ModePersistentTTL || mode == ModePersistentSequentialTTL:
+		return ErrUnimplemented
+	case mode < ModePersistent || mode > ModeContainer:
+		return fmt.Errorf("%w: unknown create mode %d", ErrBadArguments, mode)
+	}
+	return ValidatePath(path, mode.sequential())
+}
 
 // OpKind selects what an Op does.
 type OpKind uint8
@@ -279,16 +297,10 @@ func (t *Tree) applyOp(txn *Txn, op *Op, r *OpResult, zxid int64, events []Event
 // mode, path, session, ACL list, parent, CREATE permission, existence,
 // ephemeral parent.
 func (t *Tree) create(txn *Txn, op *Op, r *OpResult, zxid int64, events []Event) ([]Event, error) {
-	switch {
-	case op.Mode == modePersistentTTL || op.Mode == modePersistentSequentialTTL:
-		return events, ErrUnimplemented
-	case op.Mode < ModePersistent || op.Mode > ModeContainer:
-		return events, fmt.Errorf("%w: unknown create mode %d", ErrBadArguments, op.Mode)
-	}
-	seq := op.Mode.sequential()
-	if err := ValidatePath(op.Path, seq); err != nil {
+	if err := CheckCreate(op.Mode, op.Path); err != nil {
 		return events, err
 	}
+	seq := op.Mode.sequential()
 	owner := int64(0)
 	switch {
 	case op.Mode == ModeContainer:

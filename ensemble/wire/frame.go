@@ -94,3 +94,25 @@ func IsFourLetterWord(first4 [4]byte) (string, bool) {
 	}
 	return "", false
 }
+
+// A reply frame starts with its length prefix and the ReplyHeader: xid at
+// byte 4, zxid at byte 8, error code at byte 16.
+const replyZxidAt, replyHeaderEnd = 8, 20
+
+// ReplyZxid returns the zxid in the header of a complete reply frame
+// (length prefix included), and false for a frame too short to hold one.
+func ReplyZxid(frame []byte) (int64, bool) {
+	if len(frame) < replyHeaderEnd {
+		return 0, false
+	}
+	return int64(binary.BigEndian.Uint64(frame[replyZxidAt:])), true
+}
+
+// PatchReplyZxid overwrites the zxid in the header of a complete reply
+// frame, so that a server can raise it after the reply was encoded. A frame
+// too short to hold a header is left alone.
+func PatchReplyZxid(frame []byte, zxid int64) {
+	if len(frame) >= replyHeaderEnd {
+		binary.BigEndian.PutUint64(frame[replyZxidAt:], uint64(zxid))
+	}
+}
