@@ -1,0 +1,388 @@
+package zk_test
+
+import (
+	"bytes"
+	"slices"
+	"testing"
+
+	"github.com/coordrun/coordrun/ensemble/tree"
+	"github.com/coordrun/coordrun/ensemble/wire"
+	"github.com/coordrun/coordrun/ensemble/zk"
+)
+
+// The flags of a create map to the tree's modes one to one, and a node
+// created with each mode is what the flag means: ephemeral flags give the
+// session's node, sequential ones a numbered name, TTL ones are refused.
+func TestCreateMode(t *testing.T) {
+	for _, c := range []struct {
+		flags      int32
+		mode       tree.Mode
+		ephemeral  bool
+		sequential bool
+		container  bool
+		refused    wire.Code
+	}{
+		{flags: wire.FlagPersistent, mode: tree.ModePersistent},
+		{flags: wire.FlagEphemeral, mode: tree.ModeEphemeral, ephemeral: true},
+		{flags: wire.FlagPersistentSequential, mode: tree.ModePersistentSequential, sequential: true},
+		{flags: wire.FlagEphemeralSequential, mode: tree.ModeEphemeralSequential, ephemeral: true, sequential: true},
+		{flags: wire.FlagContainer, mode: tree.ModeContainer, container: true},
+		{flags: wire.FlagPersistentWithTTL, mode: tree.ModePersistentTTL, refused: wire.ErrUnimplemented},
+		{flags: wire.FlagPersistentSequentialWithTTL, mode: tree.ModePersistentSequentialTTL, refused: wire.ErrUnimplemented},
+	} {
+		mode, ok := zk.CreateMode(c.flags)
+		if !ok || mode != c.mode {
+			t.Errorf("CreateMode(%d) = %d, %v; want %d", c.flags, mode, ok, c.mode)
+			continue
+		}
+		f := newFixture(t)
+		s := f.session()
+		op := wire.OpCreate2
+		if c.container {
+			op = wire.OpCreateContainer
+		}
+		h, d := f.write(s, op, &wire.CreateRequest{Path: "/n", ACL: open, Flags: c.flags})
+		if h.Err != c.refused {
+			t.Errorf("create with flags %d: %v, want %v", c.flags, h.Err, c.refused)
+			continue
+		}
+		if c.refused != wire.OK {
+			continue
+		}
+		var cr wire.Create2Response
+		if err := cr.Decode(d); err != nil {
+			t.Fatal(err)
+		}
+		wantPath := "/n"
+		if c.sequential {
+			wantPath = "/n0000000000" // the initial nodes bump no cversion
+		}
+		if cr.Path != wantPath {
+			t.Errorf("flags %d: path %q, want %q", c.flags, cr.Path, wantPath)
+		}
+		if got := cr.Stat.EphemeralOwner == s.ID; got != c.ephemeral {
+			t.Errorf("flags %d: ephemeral owner %d, session %d", c.flags, cr.Stat.EphemeralOwner, s.ID)
+		}
+	}
+	for _, flags := range []int32{-1, 7, 1 << 20} {
+		if _, ok := zk.CreateMode(flags); ok {
+			t.Errorf("CreateMode(%d) accepted flags ZooKeeper does not define", flags)
+		}
+	}
+}
+
+// Writes that cannot succeed are answered without a transaction, with
+// ZooKeeper's precedence among their faults.
+func TestPlanWriteEarly(t *testing.T) {
+	big := make([]byte, limits.MaxData+1)
+	for _, c := range []struct {
+		name string
+		op   int32
+		body encodable
+		want wire.Code // OK: the plan has a transaction
+	}{
+		{"create", wire.OpCreate, &wire.CreateRequest{Path: "/a", ACL: open}, wire.OK},
+		{"create of a bad path", wire.OpCreate, &wire.CreateRequest{Path: "a", ACL: open}, wire.ErrBadArguments},
+		{"create ending in /", wire.OpCreate, &wire.CreateRequest{Path: "/a/", ACL: open}, wire.ErrBadArguments},
+		{"sequential create ending in /", wire.OpCreate, &wire.CreateRequest{Path: "/a/", ACL: open, Flags: wire.FlagPersistentSequential}, wire.OK},
+		{"create of too much data", wire.OpCreate, &wire.CreateRequest{Path: "/a", Data: big, ACL: open}, wire.ErrBadArguments},
+		{"create with undefined flags", wire.OpCreate, &wire.CreateRequest{Path: "/a", ACL: open, Flags: 7}, wire.ErrBadArguments},
+		{"TTL flags before a bad path", wire.OpCreate, &wire.CreateRequest{Path: "a", ACL: open, Flags: wire.FlagPersistentWithTTL}, wire.ErrUnimplemented},
+		{"TTL opcode before anything", wire.OpCreateTTL, &wire.CreateTTLRequest{Path: "a", Data: big, ACL: open, Flags: 9, TTL: 1}, wire.ErrUnimplemented},
+		{"TTL opcode with plain flags", wire.OpCreateTTL, &wire.CreateTTLRequest{Path: "/a", ACL: open, TTL: 1}, wire.ErrUnimplemented},
+		{"createContainer without the container flag", wire.OpCreateContainer, &wire.CreateRequest{Path: "/a", ACL: open}, wire.ErrBadArguments},
+		{"createContainer with TTL flags", wire.OpCreateContainer, &wire.CreateRequest{Path: "/a", ACL: open, Flags: wire.FlagPersistentWithTTL}, wire.ErrUnimplemented},
+		{"container flag through create", wire.OpCreate, &wire.CreateRequest{Path: "/a", ACL: open, Flags: wire.FlagContainer}, wire.OK},
+		{"delete of a bad path", wire.OpDelete, &wire.DeleteRequest{Path: "/a//b", Version: -1}, wire.ErrBadArguments},
+		{"setData of a bad path", wire.OpSetData, &wire.SetDataRequest{Path: "/a/.", Version: -1}, wire.ErrBadArguments},
+		{"setData of too much data", wire.OpSetData, &wire.SetDataRequest{Path: "/a", Data: big, Version: -1}, wire.ErrBadArguments},
+		{"setACL of a bad path", wire.OpSetACL, &wire.SetACLRequest{Path: "", ACL: open, Version: -1}, wire.ErrBadArguments},
+		{"check of a bad path", wire.OpCheck, &wire.CheckVersionRequest{Path: "/a\x00", Version: -1}, wire.ErrBadArguments},
+	} {
+		req := request(t, 5, c.op, c.body)
+		plan := zk.PlanWrite(&req, zk.Session{ID: 1}, limits)
+		if plan.Early != c.want || (plan.Txn != nil) != (c.want == wire.OK) {
+			t.Errorf("%s: early %v, txn %v; want %v", c.name, plan.Early, plan.Txn != nil, c.want)
+			continue
+		}
+		if c.want == wire.OK {
+			continue
+		}
+		h, d := reply(t, plan.Answer(5, 42))
+		if h != (wire.ReplyHeader{Xid: 5, Zxid: 42, Err: c.want}) || d.Remaining() != 0 {
+			t.Errorf("%s: reply %+v with %d body bytes", c.name, h, d.Remaining())
+		}
+	}
+}
+
+// A transaction carries the session, its identities and the request as
+// the tree takes it.
+func TestPlanWriteTxn(t *testing.T) {
+	s := zk.Session{ID: 9, Auth: []tree.Identity{annID}}
+	req := request(t, 1, wire.OpSetData, &wire.SetDataRequest{Path: "/a", Version: 3})
+	plan := zk.PlanWrite(&req, s, limits)
+	want := tree.Op{Kind: tree.OpSetData, Path: "/a", Data: []byte{}, Version: 3}
+	if txn := plan.Txn; txn == nil || txn.Kind != tree.TxnOps || txn.Session != 9 || txn.Multi ||
+		!slices.Equal(txn.Auth, s.Auth) || len(txn.Ops) != 1 || !opEqual(txn.Ops[0], want) {
+		t.Fatalf("setData txn = %+v", plan.Txn)
+	}
+	req = request(t, 1, wire.OpCreate, &wire.CreateRequest{Path: "/a", Data: []byte("x"), ACL: annOnly, Flags: wire.FlagEphemeral})
+	plan = zk.PlanWrite(&req, s, limits)
+	want = tree.Op{Kind: tree.OpCreate, Path: "/a", Data: []byte("x"), Mode: tree.ModeEphemeral,
+		ACL: []tree.ACL{{Perms: tree.PermAll, Scheme: "digest", ID: annID.ID}}}
+	if txn := plan.Txn; txn == nil || len(txn.Ops) != 1 || !opEqual(txn.Ops[0], want) {
+		t.Fatalf("create txn = %+v", plan.Txn)
+	}
+}
+
+func opEqual(a, b tree.Op) bool {
+	return a.Kind == b.Kind && a.Path == b.Path && bytes.Equal(a.Data, b.Data) && (a.Data == nil) == (b.Data == nil) &&
+		a.Mode == b.Mode && a.Version == b.Version && slices.Equal(a.ACL, b.ACL)
+}
+
+// Each write's reply, on success and with the errors the tree finds.
+func TestWriteReplies(t *testing.T) {
+	f := newFixture(t)
+	s := f.session()
+
+	var c1 wire.CreateResponse
+	if err := c1.Decode(f.mustWrite(s, wire.OpCreate, &wire.CreateRequest{Path: "/w", Data: []byte("ab"), ACL: open})); err != nil || c1.Path != "/w" {
+		t.Fatalf("create: %q %v", c1.Path, err)
+	}
+	created := f.zxid
+	var c2 wire.Create2Response
+	if err := c2.Decode(f.mustWrite(s, wire.OpCreate2, &wire.CreateRequest{Path: "/w/s-", ACL: open, Flags: wire.FlagEphemeralSequential})); err != nil {
+		t.Fatal(err)
+	}
+	if c2.Path != "/w/s-0000000000" || c2.Stat.Czxid != f.zxid || c2.Stat.EphemeralOwner != s.ID || c2.Stat.Ctime != 2000 {
+		t.Errorf("create2 = %+v", c2)
+	}
+	var cc wire.Create2Response
+	if err := cc.Decode(f.mustWrite(s, wire.OpCreateContainer, &wire.CreateRequest{Path: "/box", ACL: open, Flags: wire.FlagContainer})); err != nil {
+		t.Fatal(err)
+	}
+	if cc.Path != "/box" || cc.Stat.EphemeralOwner != 0 {
+		t.Errorf("createContainer = %+v; a container shows owner 0", cc)
+	}
+	var sd wire.StatResponse
+	if err := sd.Decode(f.mustWrite(s, wire.OpSetData, &wire.SetDataRequest{Path: "/w", Data: []byte("abc"), Version: 0})); err != nil {
+		t.Fatal(err)
+	}
+	// One child created: cversion 1 (2*creates - children).
+	if sd.Stat.Version != 1 || sd.Stat.Mzxid != f.zxid || sd.Stat.Czxid != created || sd.Stat.DataLength != 3 || sd.Stat.Cversion != 1 {
+		t.Errorf("setData stat = %+v", sd.Stat)
+	}
+	var sa wire.StatResponse
+	if err := sa.Decode(f.mustWrite(s, wire.OpSetACL, &wire.SetACLRequest{Path: "/w", ACL: open, Version: 0})); err != nil {
+		t.Fatal(err)
+	}
+	if sa.Stat.Aversion != 1 || sa.Stat.Version != 1 {
+		t.Errorf("setACL stat = %+v", sa.Stat)
+	}
+	if d := f.mustWrite(s, wire.OpCheck, &wire.CheckVersionRequest{Path: "/w", Version: 1}); d.Remaining() != 0 {
+		t.Errorf("check answers %d body bytes", d.Remaining())
+	}
+	f.create(s, "/gone", nil)
+	if d := f.mustWrite(s, wire.OpDelete, &wire.DeleteRequest{Path: "/gone", Version: -1}); d.Remaining() != 0 {
+		t.Errorf("delete answers %d body bytes", d.Remaining())
+	}
+
+	for _, c := range []struct {
+		name string
+		op   int32
+		body encodable
+		want wire.Code
+	}{
+		{"create of an existing node", wire.OpCreate, &wire.CreateRequest{Path: "/w", ACL: open}, wire.ErrNodeExists},
+		{"create of /", wire.OpCreate, &wire.CreateRequest{Path: "/", ACL: open}, wire.ErrNodeExists},
+		{"create under a missing parent", wire.OpCreate, &wire.CreateRequest{Path: "/none/x", ACL: open}, wire.ErrNoNode},
+		{"create under an ephemeral", wire.OpCreate, &wire.CreateRequest{Path: "/w/s-0000000000/x", ACL: open}, wire.ErrNoChildrenForEphemerals},
+		{"create with an empty ACL", wire.OpCreate, &wire.CreateRequest{Path: "/noacl", ACL: []wire.ACL{}}, wire.ErrInvalidACL},
+		{"create with an ACL of the auth scheme and no identity", wire.OpCreate,
+			&wire.CreateRequest{Path: "/auth", ACL: []wire.ACL{{Perms: wire.PermAll, ID: wire.ID{Scheme: "auth"}}}}, wire.ErrInvalidACL},
+		{"setData of the wrong version", wire.OpSetData, &wire.SetDataRequest{Path: "/w", Version: 7}, wire.ErrBadVersion},
+		{"setData of a missing node", wire.OpSetData, &wire.SetDataRequest{Path: "/none", Version: -1}, wire.ErrNoNode},
+		{"setData without WRITE", wire.OpSetData, &wire.SetDataRequest{Path: "/zookeeper/config", Version: -1}, wire.ErrNoAuth},
+		{"delete of a node with children", wire.OpDelete, &wire.DeleteRequest{Path: "/w", Version: -1}, wire.ErrNotEmpty},
+		{"delete of a system node", wire.OpDelete, &wire.DeleteRequest{Path: "/zookeeper", Version: -1}, wire.ErrBadArguments},
+		{"check of a missing node", wire.OpCheck, &wire.CheckVersionRequest{Path: "/none", Version: -1}, wire.ErrNoNode},
+	} {
+		before := f.zxid
+		h, d := f.write(s, c.op, c.body)
+		if h.Err != c.want || d.Remaining() != 0 {
+			t.Errorf("%s: %v (%d body bytes), want %v", c.name, h.Err, d.Remaining(), c.want)
+		}
+		if h.Zxid != before+1 {
+			t.Errorf("%s: reply zxid %d, want the transaction's %d", c.name, h.Zxid, before+1)
+		}
+	}
+}
+
+// A multi answers OK in its header with each op's result in the body; one
+// that fails changes nothing.
+func TestMulti(t *testing.T) {
+	f := newFixture(t)
+	s := f.session()
+	f.create(s, "/m", nil)
+	ops := []wire.MultiOp{
+		{Type: wire.OpCreate2, Path: "/m/a", ACL: open},
+		{Type: wire.OpSetData, Path: "/m/a", Data: []byte("x"), Version: 0},
+		{Type: wire.OpCheck, Path: "/m", Version: 0},
+		{Type: wire.OpDelete, Path: "/m/a", Version: 1},
+	}
+	var mr wire.MultiResponse
+	if err := mr.Decode(f.mustWrite(s, wire.OpMulti, &wire.MultiRequest{Ops: ops})); err != nil {
+		t.Fatal(err)
+	}
+	// create2 inside a multi is answered as a plain create.
+	wantTypes := []int32{wire.OpCreate, wire.OpSetData, wire.OpCheck, wire.OpDelete}
+	if len(mr.Results) != len(wantTypes) {
+		t.Fatalf("multi results %+v", mr.Results)
+	}
+	for i, r := range mr.Results {
+		if r.Type != wantTypes[i] {
+			t.Errorf("result %d type %d, want %d", i, r.Type, wantTypes[i])
+		}
+	}
+	if mr.Results[0].Path != "/m/a" || mr.Results[1].Stat.Version != 1 {
+		t.Errorf("multi results %+v", mr.Results)
+	}
+
+	// The failing op carries its code, the ops before it OK, those after
+	// it RuntimeInconsistency; nothing was applied.
+	fail := []wire.MultiOp{
+		{Type: wire.OpCreate, Path: "/m/b", ACL: open},
+		{Type: wire.OpCheck, Path: "/m", Version: 99},
+		{Type: wire.OpDelete, Path: "/m", Version: -1},
+	}
+	h, d := f.write(s, wire.OpMulti, &wire.MultiRequest{Ops: fail})
+	if h.Err != wire.OK {
+		t.Fatalf("failed multi header %v, want OK", h.Err)
+	}
+	mr = wire.MultiResponse{}
+	if err := mr.Decode(d); err != nil {
+		t.Fatal(err)
+	}
+	wantErrs := []wire.Code{wire.OK, wire.ErrBadVersion, wire.ErrRuntimeInconsistency}
+	for i, r := range mr.Results {
+		if r.Type != wire.OpError || r.Err != wantErrs[i] {
+			t.Errorf("failed multi result %d = %+v, want error %v", i, r, wantErrs[i])
+		}
+	}
+	if _, err := f.tree.Exists("/m/b"); err == nil {
+		t.Error("the failed multi's create was applied")
+	}
+
+	// Refused before the tree is consulted (a read inside a write multi,
+	// a bad path): the first result carries the refusal.
+	for _, bad := range [][]wire.MultiOp{
+		{{Type: wire.OpCreate, Path: "/m/c", ACL: open}, {Type: wire.OpGetData, Path: "/m"}},
+		{{Type: wire.OpCheck, Path: "/m", Version: -1}, {Type: wire.OpDelete, Path: "m", Version: -1}},
+	} {
+		req := request(t, 3, wire.OpMulti, &wire.MultiRequest{Ops: bad})
+		plan := zk.PlanWrite(&req, s, limits)
+		if plan.Txn != nil || plan.Early != wire.ErrBadArguments {
+			t.Fatalf("multi %+v planned: early %v", bad, plan.Early)
+		}
+		h, d := reply(t, plan.Answer(3, f.zxid))
+		mr = wire.MultiResponse{}
+		if err := mr.Decode(d); err != nil || h.Err != wire.OK || len(mr.Results) != 2 {
+			t.Fatalf("refused multi: %+v %+v %v", h, mr, err)
+		}
+		if mr.Results[0].Err != wire.ErrBadArguments || mr.Results[1].Err != wire.ErrRuntimeInconsistency {
+			t.Errorf("refused multi results %+v", mr.Results)
+		}
+	}
+
+	// An empty multi changes nothing and answers an empty result list.
+	req := request(t, 4, wire.OpMulti, &wire.MultiRequest{})
+	plan := zk.PlanWrite(&req, s, limits)
+	if plan.Txn != nil || plan.Early != wire.OK {
+		t.Fatalf("empty multi planned: %+v", plan)
+	}
+	h, d = reply(t, plan.Answer(4, 17))
+	mr = wire.MultiResponse{}
+	if err := mr.Decode(d); err != nil || h != (wire.ReplyHeader{Xid: 4, Zxid: 17}) || len(mr.Results) != 0 {
+		t.Errorf("empty multi: %+v %+v %v", h, mr, err)
+	}
+}
+
+// The outcome a leader sends a forwarding member decodes to what it
+// encoded, and the reply built from it is the leader's own.
+func TestOutcomeCodec(t *testing.T) {
+	f := newFixture(t)
+	s := f.session()
+	f.create(s, "/o", nil)
+	req := request(t, 8, wire.OpMulti, &wire.MultiRequest{Ops: []wire.MultiOp{
+		{Type: wire.OpCreate, Path: "/o/x", ACL: open},
+		{Type: wire.OpSetData, Path: "/o", Data: []byte("d"), Version: -1},
+	}})
+	plan := zk.PlanWrite(&req, s, limits)
+	f.zxid++
+	res := f.tree.Apply(plan.Txn, f.zxid)
+	o := zk.OutcomeOf(&res)
+	e := wire.NewEncoder(nil)
+	o.Encode(e)
+	var back zk.Outcome
+	if err := back.Decode(wire.NewDecoder(e.Bytes())); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(plan.Reply(8, f.zxid, &o), plan.Reply(8, f.zxid, &back)) {
+		t.Errorf("reply from the decoded outcome differs: %+v vs %+v", back, o)
+	}
+	if err := back.Decode(wire.NewDecoder([]byte{0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x7f, 0, 0, 0})); err == nil {
+		t.Error("an outcome claiming more ops than its bytes hold decoded")
+	}
+}
+
+// CodeOf maps every tree error, wrapped or not, and anything else to
+// SystemError.
+func TestCodeOf(t *testing.T) {
+	for err, want := range map[error]wire.Code{
+		nil:                             wire.OK,
+		tree.ErrNoNode:                  wire.ErrNoNode,
+		tree.ErrNodeExists:              wire.ErrNodeExists,
+		tree.ErrBadVersion:              wire.ErrBadVersion,
+		tree.ErrNotEmpty:                wire.ErrNotEmpty,
+		tree.ErrNoChildrenForEphemerals: wire.ErrNoChildrenForEphemerals,
+		tree.ErrNoAuth:                  wire.ErrNoAuth,
+		tree.ErrInvalidACL:              wire.ErrInvalidACL,
+		tree.ValidatePath("x", false):   wire.ErrBadArguments,
+		tree.ErrSessionExpired:          wire.ErrSessionExpired,
+		tree.ErrRuntimeInconsistency:    wire.ErrRuntimeInconsistency,
+		tree.ErrUnimplemented:           wire.ErrUnimplemented,
+		wire.ErrNoWatcher:               wire.ErrNoWatcher,
+		bytes.ErrTooLarge:               wire.ErrSystemError,
+	} {
+		if got := zk.CodeOf(err); got != want {
+			t.Errorf("CodeOf(%v) = %v, want %v", err, got, want)
+		}
+	}
+}
+
+// ACLs with x509 identities: the auth scheme expands to the session's
+// authenticated identities (x509 and digest, not ip), and only a holder
+// may write or read.
+func TestX509ACL(t *testing.T) {
+	f := newFixture(t)
+	ops := f.session(opsID)
+	plain := f.session()
+	f.create(ops, "/x", []wire.ACL{{Perms: wire.PermAll, ID: wire.ID{Scheme: "auth"}}})
+	_, d, _ := f.read(ops, wire.OpGetACL, &wire.PathRequest{Path: "/x"})
+	var ga wire.GetACLResponse
+	if err := ga.Decode(d); err != nil || !slices.Equal(ga.ACL, opsOnly) {
+		t.Errorf("ACL of auth created by an x509 session = %+v %v, want %+v", ga.ACL, err, opsOnly)
+	}
+	if h, _ := f.write(plain, wire.OpSetData, &wire.SetDataRequest{Path: "/x", Version: -1}); h.Err != wire.ErrNoAuth {
+		t.Errorf("setData without the identity: %v", h.Err)
+	}
+	if h, _ := f.write(ops, wire.OpSetData, &wire.SetDataRequest{Path: "/x", Version: -1}); h.Err != wire.OK {
+		t.Errorf("setData with the identity: %v", h.Err)
+	}
+	if h, _, _ := f.read(plain, wire.OpGetData, &wire.PathWatchRequest{Path: "/x"}); h.Err != wire.ErrNoAuth {
+		t.Errorf("getData without the identity: %v", h.Err)
+	}
+	if h, _ := f.write(plain, wire.OpCreate, &wire.CreateRequest{Path: "/x/c", ACL: open}); h.Err != wire.ErrNoAuth {
+		t.Errorf("create under it without the identity: %v", h.Err)
+	}
+}
