@@ -12,8 +12,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/hashicorp/raft"
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
@@ -28,7 +26,7 @@ type adminServer struct {
 }
 
 // startAdmin opens the admin listener if one is configured; the server
-// goroutine belongs to m.wg and ends in Close.
+// goroutine ends in Close.
 func (m *Member) startAdmin() error {
 	if m.cfg.AdminAddr == "" {
 		return nil
@@ -65,13 +63,11 @@ func (m *Member) startAdmin() error {
 		},
 	}
 	m.admin = a
-	m.wg.Add(1)
-	go func() {
-		defer m.wg.Done()
+	m.tr.Go(func() {
 		if err := a.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			m.log.Error("admin listener", "err", err)
 		}
-	}()
+	})
 	m.log.Info("admin listener", "addr", ln.Addr().String())
 	return nil
 }
@@ -94,74 +90,6 @@ func probeReply(w http.ResponseWriter, err error) {
 		return
 	}
 	fmt.Fprintln(w, "ok")
-}
-
-// AdminAddr is the address the admin HTTP listener is bound to, or "" when
-// it is off.
-func (m *Member) AdminAddr() string {
-	if m.admin == nil {
-		return ""
-	}
-	return m.admin.ln.Addr().String()
-}
-
-// Metrics is the member's own Prometheus registry, for embedding programs
-// that serve metrics themselves instead of through Config.AdminAddr.
-func (m *Member) Metrics() prometheus.Gatherer { return m.metrics.reg }
-
-// Ready reports why the member should not be sent clients yet, or nil: it
-// must know a leader and be a leader or follower itself (not a candidate,
-// not shut down). A member cut off from a quorum loses its leader within
-// an election timeout and turns not ready.
-func (m *Member) Ready() error {
-	if m.ctx.Err() != nil {
-		return ErrClosed
-	}
-	switch st := m.raft.State(); st {
-	case raft.Leader, raft.Follower:
-	default:
-		return fmt.Errorf("raft state is %s", strings.ToLower(st.String()))
-	}
-	if addr, _ := m.raft.LeaderWithID(); addr == "" {
-		return errors.New("no leader known")
-	}
-	return nil
-}
-
-// Live is a cheap check that the member still does its basic work, for
-// the systemd watchdog and /healthz: the client port accepts and answers
-// ruok, and the state machine is not wedged (its lock can be taken before
-// ctx ends). It says nothing about quorum; see Ready.
-//
-// With TLS on the client port the member cannot ask itself ruok (it may
-// need a client certificate it does not have); then only its accept loop
-// is checked.
-func (m *Member) Live(ctx context.Context) error {
-	if m.ctx.Err() != nil {
-		return ErrClosed
-	}
-	if m.acceptEnded.Load() {
-		return errors.New("client port: accept loop ended")
-	}
-	if m.cfg.ClientTLS == nil {
-		if err := m.ruok(ctx); err != nil {
-			return fmt.Errorf("client port: %w", err)
-		}
-	}
-	// A wedged Apply holds the write lock forever; then this goroutine
-	// stays blocked too, which is harmless next to a wedged member.
-	locked := make(chan struct{})
-	go func() {
-		m.fsm.mu.RLock()
-		m.fsm.mu.RUnlock()
-		close(locked)
-	}()
-	select {
-	case <-locked:
-		return nil
-	case <-ctx.Done():
-		return fmt.Errorf("state machine busy: %w", ctx.Err())
-	}
 }
 
 // ruok asks this member's own client port, the way a client reaches it.

@@ -33,6 +33,7 @@ import (
 type commitPusher struct {
 	raft  atomic.Pointer[raft.Raft] // set once raft runs
 	inner *raft.NetworkTransport
+	tr    *tracker
 	stop  chan struct{}
 
 	mu     sync.Mutex
@@ -53,8 +54,10 @@ type pushPeer struct {
 	kick   chan struct{}
 }
 
-func newCommitPusher(inner *raft.NetworkTransport) *commitPusher {
-	return &commitPusher{inner: inner, stop: make(chan struct{}), peers: map[raft.ServerID]*pushPeer{}}
+// newCommitPusher pushes through inner; its goroutines are started
+// through tr.
+func newCommitPusher(tr *tracker, inner *raft.NetworkTransport) *commitPusher {
+	return &commitPusher{inner: inner, tr: tr, stop: make(chan struct{}), peers: map[raft.ServerID]*pushPeer{}}
 }
 
 // close stops the pushers; one blocked in a send ends with the transport.
@@ -105,7 +108,7 @@ func (c *commitPusher) observe(id raft.ServerID, addr raft.ServerAddress, req *r
 		}
 		p = &pushPeer{id: id, kick: make(chan struct{}, 1)}
 		c.peers[id] = p
-		go c.run(p)
+		c.tr.Go(func() { c.run(p) })
 	}
 	p.addr = addr
 	if req.Term > c.hterm {
@@ -166,13 +169,6 @@ func (c *commitPusher) run(p *pushPeer) {
 	}
 }
 
-func kick(ch chan struct{}) {
-	select {
-	case ch <- struct{}{}:
-	default:
-	}
-}
-
 // pushTransport is raft's transport with the follower progress that
 // commitPusher needs taken from its AppendEntries replies.
 type pushTransport struct {
@@ -194,7 +190,9 @@ func (t *pushTransport) AppendEntriesPipeline(id raft.ServerID, target raft.Serv
 		return nil, err
 	}
 	p := &pushPipeline{AppendPipeline: inner, out: make(chan raft.AppendFuture), done: make(chan struct{})}
-	go p.forward(func(f raft.AppendFuture) { t.push.observe(id, target, f.Request(), f.Response()) })
+	t.push.tr.Go(func() {
+		p.forward(func(f raft.AppendFuture) { t.push.observe(id, target, f.Request(), f.Response()) })
+	})
 	return p, nil
 }
 

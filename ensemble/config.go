@@ -123,22 +123,37 @@ const (
 	defaultMaxData           = 1 << 20
 )
 
-// ErrConfig marks an invalid Config.
+// ErrConfig marks an invalid Config; every such error is a *ConfigError.
 var ErrConfig = errors.New("invalid member configuration")
 
-func (c *Config) setDefaults() error {
-	if err := c.fillDefaults(); err != nil {
-		return fmt.Errorf("%w: %w", ErrConfig, err)
-	}
-	return nil
+// ErrRequired marks a ConfigError for a setting left empty that has no
+// default.
+var ErrRequired = errors.New("required")
+
+// ConfigError is an invalid Config: the field at fault and what is wrong
+// with it. errors.Is matches it against ErrConfig and against its Err.
+type ConfigError struct {
+	Field string // the Config field, as "ID" or "DataDir"
+	Err   error
 }
 
-func (c *Config) fillDefaults() error {
+func (e *ConfigError) Error() string { return ErrConfig.Error() + ": " + e.Err.Error() }
+
+func (e *ConfigError) Unwrap() []error { return []error{ErrConfig, e.Err} }
+
+func configError(field string, format string, args ...any) error {
+	return &ConfigError{Field: field, Err: fmt.Errorf(format, args...)}
+}
+
+// setDefaults fills in the defaults and reports the first invalid setting.
+// It is the one place a member's configuration is checked; commands only
+// translate its errors into their flags' terms.
+func (c *Config) setDefaults() error {
 	if c.ID == "" {
-		return errors.New("member id is required")
+		return configError("ID", "member id is %w", ErrRequired)
 	}
 	if c.DataDir == "" {
-		return errors.New("data dir is required")
+		return configError("DataDir", "data dir is %w", ErrRequired)
 	}
 	if c.ClientAddr == "" {
 		c.ClientAddr = "127.0.0.1:2181"
@@ -147,7 +162,7 @@ func (c *Config) fillDefaults() error {
 		c.PeerAddr = c.PeerListener.Addr().String()
 	}
 	if c.PeerAddr == "" {
-		return errors.New("peer address is required")
+		return configError("PeerAddr", "peer address is %w", ErrRequired)
 	}
 	if c.MinSessionTimeout == 0 {
 		c.MinSessionTimeout = defaultMinSessionTimeout
@@ -156,13 +171,13 @@ func (c *Config) fillDefaults() error {
 		c.MaxSessionTimeout = defaultMaxSessionTimeout
 	}
 	if c.MinSessionTimeout > c.MaxSessionTimeout {
-		return fmt.Errorf("min session timeout %v exceeds max %v", c.MinSessionTimeout, c.MaxSessionTimeout)
+		return configError("MinSessionTimeout", "min session timeout %v exceeds max %v", c.MinSessionTimeout, c.MaxSessionTimeout)
 	}
 	if c.MaxDataBytes == 0 {
 		c.MaxDataBytes = defaultMaxData
 	}
 	if c.MaxDataBytes < 0 {
-		return errors.New("max data bytes must be positive")
+		return configError("MaxDataBytes", "max data bytes must be positive")
 	}
 	if c.HeartbeatTimeout == 0 {
 		c.HeartbeatTimeout = 300 * time.Millisecond
@@ -180,10 +195,10 @@ func (c *Config) fillDefaults() error {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
 	if len(c.Peers) > 0 && c.advertised() == "" {
-		return fmt.Errorf("member id %q is not in the peer list", c.ID)
+		return configError("Peers", "member id %q is not in the peer list", c.ID)
 	}
 	if c.Pprof && c.AdminAddr == "" {
-		return errors.New("profiles are served on the admin listener: pprof needs an admin address")
+		return configError("Pprof", "profiles are served on the admin listener: pprof needs an admin address")
 	}
 	if err := c.checkTLS(); err != nil {
 		return err
@@ -192,10 +207,10 @@ func (c *Config) fillDefaults() error {
 		c.ClientIdentity = CertIdentityDN
 	}
 	if err := c.ClientIdentity.check(); err != nil {
-		return err
+		return &ConfigError{Field: "ClientIdentity", Err: err}
 	}
 	if c.ClientIdentity != CertIdentityDN && c.ClientTLS == nil {
-		return fmt.Errorf("client certificate identity %q needs client TLS with a client CA", c.ClientIdentity)
+		return configError("ClientIdentity", "client certificate identity %q needs client TLS with a client CA", c.ClientIdentity)
 	}
 	return nil
 }

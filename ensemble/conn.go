@@ -1,23 +1,24 @@
 package ensemble
 
+// A client connection with an established session: the session handshake,
+// then the reader, the sequencer and the writer, with the write queue and
+// its bound. What a request means is package zk's; what it needs of the
+// member goes through host.
+
 import (
 	"bufio"
 	"context"
-	"crypto/sha1"
-	"encoding/base64"
-	"encoding/binary"
 	"errors"
 	"fmt"
-	"io"
+	"log/slog"
 	"net"
-	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/coordrun/coordrun/ensemble/tree"
 	"github.com/coordrun/coordrun/ensemble/wire"
+	"github.com/coordrun/coordrun/ensemble/zk"
 )
 
 // maxQueuedReplyBytes bounds what a connection may have waiting to be
@@ -29,175 +30,140 @@ const maxQueuedReplyBytes = 64 << 20
 // connection; reading stops until replies catch up.
 const maxPipelined = 1024
 
-func (m *Member) acceptClients() {
-	defer m.acceptEnded.Store(true)
-	for {
-		nc, err := m.client.Accept()
-		if err != nil {
-			if m.ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
-				return
-			}
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				continue
-			}
-			m.log.Error("client accept", "err", err)
-			return
-		}
-		if tc, ok := nc.(*net.TCPConn); ok {
-			_ = tc.SetNoDelay(true)
-		}
-		m.stats.connections.Add(1)
-		go func() {
-			defer m.stats.connections.Add(-1)
-			m.serveClient(nc)
-		}()
-	}
+// host is what a client connection needs of its member; *Member is the
+// one implementation.
+type host interface {
+	// submit hands a write to raft and returns the wait for its outcome;
+	// writes submitted in order by one goroutine commit in that order.
+	submit(txn *tree.Txn) pending[proposal]
+	// readIndex names a zxid to apply before a sync may be answered.
+	readIndex(ctx context.Context) (int64, error)
+	// noteLive records that the session was heard from and returns the
+	// liveness generation a reply must wait for (0: none); waitLive
+	// waits for it, failing with errSessionGone for a session the leader
+	// holds dead.
+	noteLive(session int64) uint64
+	waitLive(ctx context.Context, gen uint64, session int64) error
+	// view runs fn on the tree under the state machine's read lock: no
+	// apply, and so no notification, happens while it runs.
+	view(fn func(t *tree.Tree, zxid int64))
+	lastZxid() int64
+	waitApplied(ctx context.Context, zxid int64) error
+	watches() *watchManager
+	// register makes c the connection of its session (false: the member
+	// is closing); unregister forgets it and its watches.
+	register(c *conn) bool
+	unregister(c *conn)
+	// reconfig serves a reconfig request from remote.
+	reconfig(ctx context.Context, remote net.Addr, req *wire.ReconfigRequest) ([]byte, wire.Code)
 }
 
-// maxFrame is the largest request frame accepted: the data limit plus room
-// for the path, ACLs and headers around it.
-func (m *Member) maxFrame() int { return m.cfg.MaxDataBytes + 64<<10 }
+// connEnv is what the connections of a member share.
+type connEnv struct {
+	host  host
+	ctx   context.Context // ends when the member closes
+	log   *slog.Logger
+	stats *requestStats
+	tr    *tracker
 
-// serveClient runs one client connection from handshake to close.
-func (m *Member) serveClient(nc net.Conn) {
-	defer nc.Close()
-	r := bufio.NewReaderSize(nc, 64<<10)
-	_ = nc.SetReadDeadline(time.Now().Add(m.cfg.MaxSessionTimeout))
-	var first [4]byte
-	if _, err := io.ReadFull(r, first[:]); err != nil {
-		return
-	}
-	if word, ok := wire.IsFourLetterWord(first); ok {
-		m.fourLetter(word, nc)
-		return
-	}
-	switch string(first[:]) {
-	case statusWord:
-		m.fourLetter(statusWord, nc)
-		return
-	case snapshotWord:
-		if !m.adminAllowed(nc.RemoteAddr()) {
-			_, _ = nc.Write([]byte("error: snapshots are served to loopback and --admin-from clients only\n"))
-			return
-		}
-		w := bufio.NewWriterSize(nc, 1<<20)
-		_ = m.streamSnapshot(w)
-		_ = w.Flush()
-		return
-	}
-	n := int(int32(binary.BigEndian.Uint32(first[:])))
-	if n < 0 || n > m.maxFrame() {
-		m.log.Debug("bad connect frame length", "remote", nc.RemoteAddr().String(), "len", n)
-		return
-	}
-	body := make([]byte, n)
-	if _, err := io.ReadFull(r, body); err != nil {
-		return
-	}
-	m.metrics.bytesIn.Add(int64(4 + n))
-	var req wire.ConnectRequest
-	if err := req.Decode(wire.NewDecoder(body)); err != nil {
-		m.log.Debug("bad connect request", "remote", nc.RemoteAddr().String(), "err", err)
-		return
-	}
-	c, resp, ok := m.handshake(nc, &req)
-	if !ok {
-		if resp != nil {
-			n, _ := nc.Write(resp)
-			m.metrics.bytesOut.Add(int64(n))
-		}
-		return
-	}
-	_ = nc.SetReadDeadline(time.Time{})
-	c.run(r, resp)
+	limits     zk.Limits
+	maxFrame   int // largest request frame accepted
+	minTimeout time.Duration
+	maxTimeout time.Duration
+	identity   CertIdentity // what of a client certificate is its x509 identity
 }
 
-// handshake establishes or resumes the session. It returns the reply to
-// send; ok is false when the connection must close after it (or without
-// any reply, when resp is nil).
-func (m *Member) handshake(nc net.Conn, req *wire.ConnectRequest) (*conn, []byte, bool) {
+// handshake establishes or resumes the session of a new connection. It
+// returns the reply to send; ok is false when the connection must close
+// after it (or without any reply, when resp is nil).
+func (env *connEnv) handshake(nc net.Conn, req *wire.ConnectRequest) (c *conn, resp []byte, ok bool) {
+	h := env.host
 	remote := nc.RemoteAddr().String()
-	if req.LastZxidSeen > m.fsm.applied.Load() {
+	if req.LastZxidSeen > h.lastZxid() {
 		// The client has seen state this member has not applied yet;
 		// refusing makes it try another member instead of going back
 		// in time.
-		m.log.Info("refusing client ahead of this member", "remote", remote,
-			"client_zxid", req.LastZxidSeen, "zxid", m.fsm.applied.Load())
+		env.log.Info("refusing client ahead of this member", "remote", remote,
+			"client_zxid", req.LastZxidSeen, "zxid", h.lastZxid())
 		return nil, nil, false
 	}
-	ctx, cancel := context.WithTimeout(m.ctx, m.cfg.MaxSessionTimeout)
+	ctx, cancel := context.WithTimeout(env.ctx, env.maxTimeout)
 	defer cancel()
-	resp := wire.ConnectResponse{HasReadOnly: req.HasReadOnly}
-	var timeout time.Duration
+	cr := wire.ConnectResponse{HasReadOnly: req.HasReadOnly}
 	if req.SessionID == 0 {
-		timeout = m.negotiate(req.Timeout)
+		timeout := env.negotiate(req.Timeout)
 		txn := &tree.Txn{Kind: tree.TxnCreateSession, Timeout: int32(timeout / time.Millisecond)}
-		p := m.submit(txn)(ctx)
-		if p.err == nil {
-			p.err = m.fsm.waitApplied(ctx, p.index)
+		p, err := h.submit(txn)(ctx)
+		if err == nil {
+			err = h.waitApplied(ctx, p.index)
 		}
-		if p.err != nil {
-			m.log.Info("session create failed", "remote", remote, "err", p.err)
+		if err != nil {
+			env.log.Info("session create failed", "remote", remote, "err", err)
 			return nil, nil, false
 		}
-		resp.SessionID = p.out.session
+		cr.SessionID = p.out.Session
 	} else {
-		resp.SessionID = req.SessionID
+		cr.SessionID = req.SessionID
 	}
-	m.fsm.mu.RLock()
-	s, found := m.fsm.tree.Session(resp.SessionID)
-	m.fsm.mu.RUnlock()
+	s, found := env.session(cr.SessionID)
 	if !found && req.SessionID != 0 {
 		// "Expired" is final for the client, so say it only of a session
 		// the ensemble has ended: a member behind the leader may not have
 		// applied a new session's creation yet (a client that lost its
 		// first connection before any reply knows no zxid to send).
-		idx, err := m.readIndex(ctx)
+		idx, err := h.readIndex(ctx)
 		if err == nil {
-			err = m.fsm.waitApplied(ctx, idx)
+			err = h.waitApplied(ctx, idx)
 		}
 		if err != nil {
-			m.log.Info("unknown session and no leader to ask; refusing", "remote", remote, "session", fmt.Sprintf("0x%x", req.SessionID))
+			env.log.Info("unknown session and no leader to ask; refusing", "remote", remote, "session", fmt.Sprintf("0x%x", req.SessionID))
 			return nil, nil, false
 		}
-		m.fsm.mu.RLock()
-		s, found = m.fsm.tree.Session(resp.SessionID)
-		m.fsm.mu.RUnlock()
+		s, found = env.session(cr.SessionID)
 	}
 	if !found || (req.SessionID != 0 && !equalBytes(s.Password, req.Passwd)) {
 		return nil, expiredReply(req), false
 	}
-	timeout = time.Duration(s.Timeout) * time.Millisecond
-	resp.Timeout = s.Timeout
-	resp.Passwd = s.Password
-	c := newConn(m, nc, resp.SessionID, timeout)
+	timeout := time.Duration(s.Timeout) * time.Millisecond
+	cr.Timeout = s.Timeout
+	cr.Passwd = s.Password
+	c = newConn(env, nc, cr.SessionID, timeout)
 	// Register first: a session that ends from here on finds the
 	// connection and closes it.
-	m.register(c)
+	if !h.register(c) {
+		return nil, nil, false
+	}
 	// The connect reply is a lease proof like any other reply.
-	if g := m.noteLive(c.session); g != 0 {
+	if g := h.noteLive(c.session); g != 0 {
 		wctx, wcancel := context.WithTimeout(ctx, timeout)
-		err := m.relay.wait(wctx, g, c.session)
+		err := h.waitLive(wctx, g, c.session)
 		wcancel()
 		if errors.Is(err, errSessionGone) {
-			m.unregister(c)
+			h.unregister(c)
 			return nil, expiredReply(req), false
 		}
 		if err != nil {
-			m.unregister(c)
-			m.log.Info("no leader acknowledged the session; refusing", "remote", remote)
+			h.unregister(c)
+			env.log.Info("no leader acknowledged the session; refusing", "remote", remote)
 			return nil, nil, false
 		}
 	}
-	m.fsm.mu.RLock()
-	_, alive := m.fsm.tree.Session(resp.SessionID)
-	m.fsm.mu.RUnlock()
-	if !alive {
-		m.unregister(c)
+	if _, alive := env.session(cr.SessionID); !alive {
+		h.unregister(c)
 		return nil, expiredReply(req), false
 	}
-	return c, encodeFrame(&resp), true
+	return c, encodeFrame(&cr), true
+}
+
+// session looks a session up in the tree.
+func (env *connEnv) session(id int64) (s tree.SessionInfo, ok bool) {
+	env.host.view(func(t *tree.Tree, _ int64) { s, ok = t.Session(id) })
+	return s, ok
+}
+
+func (env *connEnv) negotiate(requested int32) time.Duration {
+	t := time.Duration(requested) * time.Millisecond
+	return min(max(t, env.minTimeout), env.maxTimeout)
 }
 
 // expiredReply is the answer to a connect for an expired or unknown
@@ -206,38 +172,6 @@ func (m *Member) handshake(nc net.Conn, req *wire.ConnectRequest) (*conn, []byte
 func expiredReply(req *wire.ConnectRequest) []byte {
 	resp := wire.ConnectResponse{Passwd: make([]byte, 16), HasReadOnly: req.HasReadOnly}
 	return encodeFrame(&resp)
-}
-
-func (m *Member) negotiate(requested int32) time.Duration {
-	t := time.Duration(requested) * time.Millisecond
-	if t < m.cfg.MinSessionTimeout {
-		t = m.cfg.MinSessionTimeout
-	}
-	if t > m.cfg.MaxSessionTimeout {
-		t = m.cfg.MaxSessionTimeout
-	}
-	return t
-}
-
-func (m *Member) register(c *conn) {
-	m.connMu.Lock()
-	old := m.bySess[c.session]
-	m.bySess[c.session] = c
-	m.conns[c] = struct{}{}
-	m.connMu.Unlock()
-	if old != nil {
-		old.close()
-	}
-}
-
-func (m *Member) unregister(c *conn) {
-	m.connMu.Lock()
-	if m.bySess[c.session] == c {
-		delete(m.bySess, c.session)
-	}
-	delete(m.conns, c)
-	m.connMu.Unlock()
-	m.watch.removeOwner(c)
 }
 
 func encodeFrame(r interface{ Encode(*wire.Encoder) }) []byte {
@@ -267,7 +201,7 @@ func equalBytes(a, b []byte) bool {
 // writer sends replies and watch notifications. Notifications are queued
 // by the FSM at apply time, before any later read could see the change.
 type conn struct {
-	m       *Member
+	env     *connEnv
 	nc      net.Conn
 	session int64
 	timeout time.Duration
@@ -282,6 +216,10 @@ type conn struct {
 	// certificate; an auth packet of scheme x509 re-authenticates with
 	// them.
 	certIDs []tree.Identity
+	// The sequencer's: the read it runs now, and scratch space for it.
+	current  slot
+	read     zk.Result
+	viewRead func(t *tree.Tree, zxid int64) // c.runCurrent, bound once
 
 	outMu    sync.Mutex
 	out      [][]byte
@@ -305,19 +243,23 @@ type conn struct {
 
 // slot is one request awaiting its reply, finished by the sequencer.
 type slot struct {
-	finish     func() []byte // the reply frame, or nil for none
-	read       bool          // finish reads state: wait for the session's writes first
-	locked     bool          // finish runs under the tree's read lock (held by the sequencer)
+	// read is a read request, run against the tree in a view once the
+	// session's earlier writes are applied here; auth is the identities
+	// it was read with. Other requests have finish, which gives the
+	// reply frame, or nil for none.
+	read       *zk.Request
+	auth       []tree.Identity
+	finish     func() []byte
 	arrived    time.Time
 	op         int32  // request opcode, for the latency metric
 	gen        uint64 // liveness generation the reply waits for
 	closeAfter bool
 }
 
-func newConn(m *Member, nc net.Conn, session int64, timeout time.Duration) *conn {
+func newConn(env *connEnv, nc net.Conn, session int64, timeout time.Duration) *conn {
 	host, _, _ := net.SplitHostPort(nc.RemoteAddr().String())
 	c := &conn{
-		m:       m,
+		env:     env,
 		nc:      nc,
 		session: session,
 		timeout: timeout,
@@ -329,16 +271,17 @@ func newConn(m *Member, nc net.Conn, session int64, timeout time.Duration) *conn
 	// As on ZooKeeper: the ip identity, then those of the certificate,
 	// which need no auth packet.
 	var hasCert bool
-	c.certIDs, hasCert = connCertIdentities(nc, m.cfg.ClientIdentity)
+	c.certIDs, hasCert = connCertIdentities(nc, env.identity)
 	if hasCert {
 		if len(c.certIDs) == 0 {
-			m.log.Info("client certificate carries no identity of the configured kind",
-				"remote", c.remote, "session", session, "identity", string(m.cfg.ClientIdentity))
+			env.log.Info("client certificate carries no identity of the configured kind",
+				"remote", c.remote, "session", session, "identity", string(env.identity))
 		} else {
-			m.log.Debug("client authenticated by its certificate", "remote", c.remote, "session", session, "ids", c.certIDs)
+			env.log.Debug("client authenticated by its certificate", "remote", c.remote, "session", session, "ids", c.certIDs)
 		}
 	}
 	c.setAuth(append([]tree.Identity{{Scheme: "ip", ID: host}}, c.certIDs...))
+	c.viewRead = c.runCurrent
 	return c
 }
 
@@ -354,24 +297,15 @@ func (c *conn) identities() []tree.Identity {
 	return *c.sharedAuth.Load()
 }
 
-// addIdentities returns auth with ids appended, skipping those it holds.
-func addIdentities(auth []tree.Identity, ids ...tree.Identity) []tree.Identity {
-	out := slices.Clip(auth)
-	for _, id := range ids {
-		if !slices.Contains(out, id) {
-			out = append(out, id)
-		}
-	}
-	return out
-}
-
+// run serves the connection until it closes: the reader here, the writer
+// and the sequencer on goroutines of their own.
 func (c *conn) run(r *bufio.Reader, connectReply []byte) {
-	defer c.m.unregister(c)
+	defer c.env.host.unregister(c)
 	c.push(connectReply)
 	var wg sync.WaitGroup
 	wg.Add(2)
-	go func() { defer wg.Done(); c.writeLoop() }()
-	go func() { defer wg.Done(); c.sequence() }()
+	c.env.tr.Go(func() { defer wg.Done(); c.writeLoop() })
+	c.env.tr.Go(func() { defer wg.Done(); c.sequence() })
 	c.readLoop(r)
 	close(c.slots)
 	wg.Wait()
@@ -384,20 +318,14 @@ func (c *conn) close() {
 	})
 }
 
-// sessionEnded is called by the FSM when the session was closed or
-// expired: the client learns it on reconnecting.
-func (c *conn) sessionEnded(int64) {
+// sessionEnded is called when the session was closed or expired: the
+// writer sends what is queued and closes; the client learns the rest on
+// reconnecting.
+func (c *conn) sessionEnded() {
 	c.outMu.Lock()
 	c.closing = true
 	c.outMu.Unlock()
-	c.kick()
-}
-
-func (c *conn) kick() {
-	select {
-	case c.outKick <- struct{}{}:
-	default:
-	}
+	kick(c.outKick)
 }
 
 // push queues a frame for the writer.
@@ -408,15 +336,16 @@ func (c *conn) push(frame []byte) {
 	over := c.outBytes > maxQueuedReplyBytes
 	c.outMu.Unlock()
 	if over {
-		c.m.log.Warn("client not reading replies; closing", "remote", c.remote)
+		c.env.log.Warn("client not reading replies; closing", "remote", c.remote)
 		c.close()
 		return
 	}
-	c.kick()
+	kick(c.outKick)
 }
 
 func (c *conn) writeLoop() {
 	w := bufio.NewWriterSize(c.nc, 64<<10)
+	stats := c.env.stats
 	for {
 		select {
 		case <-c.done:
@@ -434,8 +363,8 @@ func (c *conn) writeLoop() {
 				c.close()
 				return
 			}
-			c.m.stats.sent.Add(1)
-			c.m.metrics.bytesOut.Add(int64(len(f)))
+			stats.sent.Add(1)
+			stats.bytesOut.Add(int64(len(f)))
 		}
 		if err := w.Flush(); err != nil {
 			c.close()
@@ -449,29 +378,196 @@ func (c *conn) writeLoop() {
 }
 
 func (c *conn) notify(ev wire.WatcherEvent, zxid int64) {
-	c.notifyFrame(notificationFrame(ev, zxid))
+	c.notifyFrame(zk.NotificationFrame(ev, zxid))
 }
 
 // notifyFrame queues an encoded notification. The frame may be shared
 // with other connections: queued frames are only ever read.
 func (c *conn) notifyFrame(frame []byte) {
-	c.m.stats.notifications.Add(1)
+	c.env.stats.notifications.Add(1)
 	c.push(frame)
+}
+
+func (c *conn) readLoop(r *bufio.Reader) {
+	env := c.env
+	var buf []byte
+	var d wire.Decoder
+	for {
+		// A client pings every third of its timeout; silence for a
+		// whole timeout means it is gone.
+		_ = c.nc.SetReadDeadline(time.Now().Add(c.timeout))
+		frame, err := wire.ReadFrame(r, buf, env.maxFrame)
+		if err != nil {
+			if errors.Is(err, wire.ErrFrameTooLarge) {
+				env.log.Warn("oversized request; closing", "remote", c.remote, "err", err)
+			}
+			c.close()
+			return
+		}
+		buf = frame[:0]
+		env.stats.received.Add(1)
+		env.stats.bytesIn.Add(int64(4 + len(frame)))
+		d.Reset(frame)
+		var hdr wire.RequestHeader
+		if hdr.Decode(&d) != nil {
+			c.close()
+			return
+		}
+		gen := env.host.noteLive(c.session)
+		s, err := c.start(hdr, &d)
+		if err != nil {
+			env.log.Info("bad request; closing", "remote", c.remote, "op", wire.OpName(hdr.Opcode), "err", err)
+			c.close()
+			return
+		}
+		s.gen = gen
+		s.arrived = time.Now()
+		s.op = hdr.Opcode
+		env.stats.outstanding.Add(1) // until the sequencer is done with it
+		select {
+		case c.slots <- s:
+		case <-c.done:
+			env.stats.outstanding.Add(-1)
+			return
+		}
+		if s.closeAfter {
+			return
+		}
+	}
+}
+
+// start begins one request and returns its slot. A request that does not
+// decode closes the connection, as ZooKeeper does.
+func (c *conn) start(hdr wire.RequestHeader, d *wire.Decoder) (slot, error) {
+	req, err := zk.Decode(hdr, d)
+	if err != nil {
+		return slot{}, err
+	}
+	h := c.env.host
+	xid := req.Xid
+	switch req.Kind() {
+	case zk.KindPing:
+		return slot{finish: func() []byte { return zk.OKReply(xid, c.zxid()) }}, nil
+	case zk.KindAuth:
+		zxid := h.lastZxid()
+		auth, ok := zk.Auth(c.auth, c.certIDs, req.Auth)
+		if !ok {
+			// ZooKeeper answers AuthFailed and ends the connection.
+			return slot{closeAfter: true, finish: func() []byte { return zk.ErrorReply(xid, zxid, wire.ErrAuthFailed) }}, nil
+		}
+		c.setAuth(auth)
+		return slot{finish: func() []byte { return zk.OKReply(xid, zxid) }}, nil
+	case zk.KindCloseSession:
+		c.selfClose.Store(true)
+		wait := h.submit(&tree.Txn{Kind: tree.TxnCloseSession, Session: c.session})
+		return slot{closeAfter: true, finish: func() []byte {
+			p, _ := wait(c.env.ctx)
+			return zk.OKReply(xid, p.index)
+		}}, nil
+	case zk.KindWrite:
+		return c.startWrite(&req), nil
+	case zk.KindSync:
+		path := req.Path
+		return slot{finish: func() []byte { return c.sync(xid, path) }}, nil
+	case zk.KindReconfig:
+		rr := req.Reconfig
+		return slot{finish: func() []byte {
+			zxid := c.zxid()
+			config, code := h.reconfig(c.env.ctx, c.nc.RemoteAddr(), rr)
+			if code != wire.OK {
+				return zk.ErrorReply(xid, zxid, code)
+			}
+			return zk.ReconfigReply(xid, c.zxid(), config)
+		}}, nil
+	case zk.KindRead:
+		r := req // only reads keep their request: writes are planned here
+		return slot{read: &r, auth: c.auth}, nil
+	}
+	return slot{finish: func() []byte { return zk.ErrorReply(xid, h.lastZxid(), wire.ErrUnimplemented) }}, nil
+}
+
+// startWrite plans a write and hands it to raft; the slot waits for its
+// outcome. A write that cannot succeed is answered without raft.
+func (c *conn) startWrite(req *zk.Request) slot {
+	h := c.env.host
+	xid := req.Xid
+	plan := zk.PlanWrite(req, zk.Session{ID: c.session, Auth: c.auth}, c.env.limits)
+	if plan.Txn == nil {
+		zxid := h.lastZxid()
+		return slot{finish: func() []byte { return plan.Answer(xid, zxid) }}
+	}
+	wait := h.submit(plan.Txn)
+	return slot{finish: func() []byte {
+		ctx, cancel := context.WithTimeout(c.env.ctx, 2*c.timeout)
+		defer cancel()
+		p, err := wait(ctx)
+		if err == nil && h.lastZxid() < p.index && h.watches().hasAny(c) {
+			// This connection has watches: notifications of everything
+			// up to this write must reach it before the reply does, so
+			// wait until the write is applied here. Without watches the
+			// reply can go at once; later reads wait (see lastWrite).
+			err = h.waitApplied(ctx, p.index)
+		}
+		if err != nil {
+			// Unknown outcome: only a lost connection tells the client
+			// that honestly.
+			c.env.log.Info("write failed; closing client", "remote", c.remote, "err", err)
+			c.close()
+			return nil
+		}
+		if p.index > c.lastWrite.Load() {
+			c.lastWrite.Store(p.index)
+		}
+		return plan.Reply(xid, p.index, &p.out)
+	}}
+}
+
+// sync catches this member up with the leader's commit index at the time
+// of the request, then answers.
+func (c *conn) sync(xid int32, path string) []byte {
+	h := c.env.host
+	if code := zk.SyncCode(path); code != wire.OK {
+		return zk.ErrorReply(xid, h.lastZxid(), code)
+	}
+	ctx, cancel := context.WithTimeout(c.env.ctx, c.timeout)
+	defer cancel()
+	idx, err := h.readIndex(ctx)
+	if err == nil {
+		err = h.waitApplied(ctx, idx)
+	}
+	if err != nil {
+		return zk.ErrorReply(xid, h.lastZxid(), wire.ErrConnectionLoss)
+	}
+	return zk.SyncReply(xid, h.lastZxid(), path)
 }
 
 func (c *conn) sequence() {
 	for s := range c.slots {
-		c.deliver(s)
-		c.m.metrics.outstanding.Add(-1) // read, now answered (or dropped)
+		c.deliver(&s)
+		c.env.stats.outstanding.Add(-1) // read, now answered (or dropped)
 	}
 }
 
 // deliver finishes one request and queues its reply.
-func (c *conn) deliver(s slot) {
-	ctx, cancel := context.WithTimeout(c.m.ctx, c.timeout)
-	defer cancel()
-	if w := c.lastWrite.Load(); s.read && c.m.fsm.applied.Load() < w {
-		if err := c.m.fsm.waitApplied(ctx, w); err != nil {
+func (c *conn) deliver(s *slot) {
+	h := c.env.host
+	// A deadline only for what may wait: on the leader most requests
+	// wait for nothing.
+	var ctx context.Context
+	var cancel context.CancelFunc
+	defer func() {
+		if cancel != nil {
+			cancel()
+		}
+	}()
+	deadline := func() context.Context {
+		if ctx == nil {
+			ctx, cancel = context.WithTimeout(c.env.ctx, c.timeout)
+		}
+		return ctx
+	}
+	if w := c.lastWrite.Load(); s.read != nil && h.lastZxid() < w {
+		if err := h.waitApplied(deadline(), w); err != nil {
 			c.close()
 			return
 		}
@@ -481,698 +577,82 @@ func (c *conn) deliver(s slot) {
 	// any notification for that watch could be (clients arm a watch only
 	// when its reply arrives, and would drop an earlier notification).
 	if s.gen != 0 {
-		if err := c.m.relay.wait(ctx, s.gen, c.session); err != nil {
+		if err := h.waitLive(deadline(), s.gen, c.session); err != nil {
 			// No leader heard of this session in a whole timeout, or it
 			// is gone: a reply now would be a false lease proof.
-			c.m.log.Info("leader does not vouch for the session; dropping client", "remote", c.remote, "err", err)
+			c.env.log.Info("leader does not vouch for the session; dropping client", "remote", c.remote, "err", err)
 			c.close()
 			return
 		}
 	}
-	if s.locked {
-		// Held from the read to the queueing of its reply, so no
-		// notification of a later change gets in between.
-		c.m.fsm.mu.RLock()
-		defer c.m.fsm.mu.RUnlock()
-	}
-	frame := s.finish()
-	if frame != nil {
-		select {
-		case <-c.done:
-			return
-		default:
-		}
-		// No reply may carry a zxid below the session's own writes
-		// (clients keep the last zxid they saw for reconnecting).
-		if len(frame) >= 16 {
-			if z := c.lastWrite.Load(); int64(binary.BigEndian.Uint64(frame[8:16])) < z {
-				binary.BigEndian.PutUint64(frame[8:16], uint64(z))
-			}
-		}
-		c.push(frame)
-		d := time.Since(s.arrived)
-		c.m.stats.observe(d)
-		c.m.metrics.observe(s.op, d)
+	if s.read != nil {
+		// The reply is queued inside the view, so no notification of a
+		// later change gets in before it.
+		c.current = *s
+		h.view(c.viewRead)
+		c.current = slot{}
+	} else {
+		c.reply(s, s.finish())
 	}
 	if s.closeAfter {
-		c.sessionEnded(0)
+		c.sessionEnded()
 	}
 }
 
-func (c *conn) readLoop(r *bufio.Reader) {
-	var buf []byte
-	for {
-		// A client pings every third of its timeout; silence for a
-		// whole timeout means it is gone.
-		_ = c.nc.SetReadDeadline(time.Now().Add(c.timeout))
-		frame, err := wire.ReadFrame(r, buf, c.m.maxFrame())
-		if err != nil {
-			if errors.Is(err, wire.ErrFrameTooLarge) {
-				c.m.log.Warn("oversized request; closing", "remote", c.remote, "err", err)
-			}
-			c.close()
-			return
-		}
-		buf = frame[:0]
-		c.m.stats.received.Add(1)
-		c.m.metrics.bytesIn.Add(int64(4 + len(frame)))
-		d := wire.NewDecoder(frame)
-		var hdr wire.RequestHeader
-		if hdr.Decode(d) != nil {
-			c.close()
-			return
-		}
-		gen := c.m.noteLive(c.session)
-		s, err := c.start(hdr, d)
-		if err != nil {
-			c.m.log.Info("bad request; closing", "remote", c.remote, "op", wire.OpName(hdr.Opcode), "err", err)
-			c.close()
-			return
-		}
-		s.gen = gen
-		s.arrived = time.Now()
-		s.op = hdr.Opcode
-		c.m.metrics.outstanding.Add(1) // until the sequencer is done with it
-		select {
-		case c.slots <- s:
-		case <-c.done:
-			c.m.metrics.outstanding.Add(-1)
-			return
-		}
-		if s.closeAfter {
-			return
-		}
-	}
+// runCurrent runs the read in c.current and queues its reply, in a view.
+func (c *conn) runCurrent(t *tree.Tree, zxid int64) {
+	c.reply(&c.current, c.runRead(t, zxid, &c.current))
 }
 
-// reply builds a reply frame: header, then the body written by fill.
-func reply(xid int32, zxid int64, fill func(e *wire.Encoder) wire.Code) []byte {
-	e := wire.NewFrameEncoder(make([]byte, 0, 128))
-	(&wire.ReplyHeader{Xid: xid}).Encode(e)
-	code := wire.OK
-	if fill != nil {
-		code = fill(e)
+// runRead runs a read and does what it leaves to do, but for queueing its
+// reply: register its watches, queue its immediate notifications, look up
+// the watches it names.
+func (c *conn) runRead(t *tree.Tree, zxid int64, s *slot) []byte {
+	res := &c.read
+	zk.Read(t, zk.Session{ID: c.session, Auth: s.auth}, s.read, zxid, res)
+	w := c.env.host.watches()
+	for _, reg := range res.Watches {
+		w.add(reg.Kind, reg.Path, c)
 	}
-	if code != wire.OK {
-		e.Reset()
-		(&wire.ReplyHeader{Xid: xid, Zxid: zxid, Err: code}).Encode(e)
-		return e.Frame()
+	for _, ev := range res.Fires {
+		c.notify(ev, zxid)
 	}
-	f := e.Frame()
-	// Patch the zxid now that the body is known to be good.
-	binary.BigEndian.PutUint64(f[8:16], uint64(zxid))
-	return f
+	if u := res.Unwatch; u != nil {
+		found := false
+		for _, k := range u.Kinds {
+			if u.Remove {
+				found = w.remove(k, u.Path, c) || found
+			} else if w.has(k, u.Path, c) {
+				found = true
+			}
+		}
+		return u.Reply(found)
+	}
+	return res.Frame
 }
 
-func errorReply(xid int32, zxid int64, code wire.Code) []byte {
-	return reply(xid, zxid, func(*wire.Encoder) wire.Code { return code })
-}
-
-// start begins one request and returns its slot. A decoding error closes
-// the connection, as ZooKeeper does.
-func (c *conn) start(hdr wire.RequestHeader, d *wire.Decoder) (slot, error) {
-	xid, op := hdr.Xid, hdr.Opcode
-	m := c.m
-	switch op {
-	case wire.OpPing:
-		return slot{finish: func() []byte { return reply(xid, c.zxid(), nil) }}, nil
-	case wire.OpAuth:
-		return c.startAuth(xid, d)
-	case wire.OpCloseSession:
-		c.selfClose.Store(true)
-		wait := m.submit(&tree.Txn{Kind: tree.TxnCloseSession, Session: c.session})
-		return slot{closeAfter: true, finish: func() []byte {
-			p := wait(m.ctx)
-			return reply(xid, p.index, nil)
-		}}, nil
-	case wire.OpCreate, wire.OpCreate2, wire.OpCreateContainer, wire.OpCreateTTL,
-		wire.OpDelete, wire.OpSetData, wire.OpSetACL, wire.OpCheck, wire.OpMulti:
-		return c.startWrite(xid, op, d)
-	case wire.OpSync:
-		var req wire.PathRequest
-		if err := req.Decode(d); err != nil {
-			return slot{}, err
-		}
-		return slot{finish: func() []byte {
-			if err := tree.ValidatePath(req.Path, false); err != nil {
-				return errorReply(xid, m.fsm.applied.Load(), wire.ErrBadArguments)
-			}
-			ctx, cancel := context.WithTimeout(m.ctx, c.timeout)
-			defer cancel()
-			idx, err := m.readIndex(ctx)
-			if err == nil {
-				err = m.fsm.waitApplied(ctx, idx)
-			}
-			if err != nil {
-				return errorReply(xid, m.fsm.applied.Load(), wire.ErrConnectionLoss)
-			}
-			return reply(xid, m.fsm.applied.Load(), func(e *wire.Encoder) wire.Code {
-				(&wire.SyncResponse{Path: req.Path}).Encode(e)
-				return wire.OK
-			})
-		}}, nil
-	case wire.OpReconfig:
-		return c.reconfigSlot(xid, d)
+// reply queues a request's reply, if it has one.
+func (c *conn) reply(s *slot, frame []byte) {
+	if frame == nil {
+		return
 	}
-	if read := c.readOp(xid, op, d); read != nil {
-		if err := d.Err(); err != nil {
-			return slot{}, err
-		}
-		return slot{finish: read, read: true, locked: true}, nil
-	}
-	if err := d.Err(); err != nil {
-		return slot{}, err
-	}
-	return slot{finish: func() []byte { return errorReply(xid, m.fsm.applied.Load(), wire.ErrUnimplemented) }}, nil
-}
-
-// digestID is ZooKeeper's digest identity for "user:password":
-// user:base64(sha1("user:password")).
-func digestID(userPass string) string {
-	user, _, _ := strings.Cut(userPass, ":")
-	sum := sha1.Sum([]byte(userPass))
-	return user + ":" + base64.StdEncoding.EncodeToString(sum[:])
-}
-
-func (c *conn) startAuth(xid int32, d *wire.Decoder) (slot, error) {
-	var req wire.AuthPacket
-	if err := req.Decode(d); err != nil {
-		return slot{}, err
-	}
-	zxid := c.m.fsm.applied.Load()
-	failed := slot{closeAfter: true, finish: func() []byte {
-		e := wire.NewFrameEncoder(nil)
-		(&wire.ReplyHeader{Xid: xid, Zxid: zxid, Err: wire.ErrAuthFailed}).Encode(e)
-		return e.Frame()
-	}}
-	switch {
-	case req.Scheme == schemeX509:
-		// ZooKeeper's X509AuthenticationProvider ignores the payload and
-		// authenticates the connection's certificate again: OK when
-		// it yields identities (already held, so nothing changes),
-		// AuthFailed and the end of the connection without one.
-		if len(c.certIDs) == 0 {
-			return failed, nil
-		}
-		c.setAuth(addIdentities(c.auth, c.certIDs...))
-		return slot{finish: func() []byte { return reply(xid, zxid, nil) }}, nil
-	case req.Scheme != "digest" || !strings.Contains(string(req.Auth), ":"):
-		// Unknown scheme or malformed credentials: ZooKeeper answers
-		// AuthFailed and ends the connection.
-		return failed, nil
-	}
-	id := tree.Identity{Scheme: "digest", ID: digestID(string(req.Auth))}
-	auth := make([]tree.Identity, 0, len(c.auth)+1)
-	for _, a := range c.auth {
-		if a != id {
-			auth = append(auth, a)
-		}
-	}
-	c.setAuth(append(auth, id))
-	return slot{finish: func() []byte { return reply(xid, zxid, nil) }}, nil
-}
-
-// startWrite validates a write, hands it to raft, and returns the slot
-// that waits for its outcome. Requests that cannot succeed are answered
-// without a round through raft.
-func (c *conn) startWrite(xid, op int32, d *wire.Decoder) (slot, error) {
-	m := c.m
-	txn := &tree.Txn{Kind: tree.TxnOps, Session: c.session, Auth: c.auth}
-	var types []int32
-	var bad wire.Code
-	addCreate := func(path string, data []byte, acl []wire.ACL, flags int32, opType int32) {
-		mode := tree.Mode(flags)
-		if opType == wire.OpCreateTTL || flags == wire.FlagPersistentWithTTL || flags == wire.FlagPersistentSequentialWithTTL {
-			// TTL nodes are off, as on a default ZooKeeper.
-			bad = firstCode(bad, wire.ErrUnimplemented)
-		}
-		switch {
-		case opType == wire.OpCreateContainer && flags != wire.FlagContainer,
-			opType != wire.OpCreateContainer && flags == wire.FlagContainer && opType != wire.OpCreate2 && opType != wire.OpCreate,
-			flags < 0 || flags > wire.FlagPersistentSequentialWithTTL:
-			bad = firstCode(bad, wire.ErrBadArguments)
-		}
-		if tree.ValidatePath(path, flags&wire.FlagPersistentSequential != 0) != nil {
-			bad = firstCode(bad, wire.ErrBadArguments)
-		}
-		if len(data) > m.cfg.MaxDataBytes {
-			bad = firstCode(bad, wire.ErrBadArguments)
-		}
-		txn.Ops = append(txn.Ops, tree.Op{Kind: tree.OpCreate, Path: path, Data: data, ACL: treeACLs(acl), Mode: mode})
-		types = append(types, opType)
-	}
-	addPathOp := func(kind tree.OpKind, path string, data []byte, version int32, acl []wire.ACL, opType int32) {
-		if tree.ValidatePath(path, false) != nil {
-			bad = firstCode(bad, wire.ErrBadArguments)
-		}
-		if len(data) > m.cfg.MaxDataBytes {
-			bad = firstCode(bad, wire.ErrBadArguments)
-		}
-		var tacl []tree.ACL
-		if acl != nil {
-			tacl = treeACLs(acl)
-		}
-		txn.Ops = append(txn.Ops, tree.Op{Kind: kind, Path: path, Data: data, Version: version, ACL: tacl})
-		types = append(types, opType)
-	}
-	switch op {
-	case wire.OpCreate, wire.OpCreate2, wire.OpCreateContainer:
-		var req wire.CreateRequest
-		if err := req.Decode(d); err != nil {
-			return slot{}, err
-		}
-		addCreate(req.Path, req.Data, req.ACL, req.Flags, op)
-	case wire.OpCreateTTL:
-		var req wire.CreateTTLRequest
-		if err := req.Decode(d); err != nil {
-			return slot{}, err
-		}
-		addCreate(req.Path, req.Data, req.ACL, req.Flags, op)
-	case wire.OpDelete:
-		var req wire.DeleteRequest
-		if err := req.Decode(d); err != nil {
-			return slot{}, err
-		}
-		addPathOp(tree.OpDelete, req.Path, nil, req.Version, nil, op)
-	case wire.OpSetData:
-		var req wire.SetDataRequest
-		if err := req.Decode(d); err != nil {
-			return slot{}, err
-		}
-		if req.Data == nil {
-			req.Data = []byte{}
-		}
-		addPathOp(tree.OpSetData, req.Path, req.Data, req.Version, nil, op)
-	case wire.OpSetACL:
-		var req wire.SetACLRequest
-		if err := req.Decode(d); err != nil {
-			return slot{}, err
-		}
-		addPathOp(tree.OpSetACL, req.Path, nil, req.Version, req.ACL, op)
-	case wire.OpCheck:
-		var req wire.CheckVersionRequest
-		if err := req.Decode(d); err != nil {
-			return slot{}, err
-		}
-		addPathOp(tree.OpCheck, req.Path, nil, req.Version, nil, op)
-	case wire.OpMulti:
-		var req wire.MultiRequest
-		if err := req.Decode(d); err != nil {
-			return slot{}, err
-		}
-		txn.Multi = true
-		for _, o := range req.Ops {
-			switch o.Type {
-			case wire.OpCreate, wire.OpCreate2, wire.OpCreateContainer, wire.OpCreateTTL:
-				addCreate(o.Path, o.Data, o.ACL, o.Flags, o.Type)
-			case wire.OpDelete:
-				addPathOp(tree.OpDelete, o.Path, nil, o.Version, nil, o.Type)
-			case wire.OpSetData:
-				data := o.Data
-				if data == nil {
-					data = []byte{}
-				}
-				addPathOp(tree.OpSetData, o.Path, data, o.Version, nil, o.Type)
-			case wire.OpCheck:
-				addPathOp(tree.OpCheck, o.Path, nil, o.Version, nil, o.Type)
-			default:
-				// A read inside a write multi is a malformed request.
-				bad = firstCode(bad, wire.ErrBadArguments)
-				txn.Ops = append(txn.Ops, tree.Op{})
-				types = append(types, o.Type)
-			}
-		}
-	}
-	if bad != wire.OK {
-		zxid := m.fsm.applied.Load()
-		if op == wire.OpMulti {
-			return slot{finish: func() []byte {
-				return reply(xid, zxid, func(e *wire.Encoder) wire.Code {
-					o := outcome{err: bad, ops: make([]opOutcome, len(types))}
-					for i := range o.ops {
-						o.ops[i].err = wire.ErrRuntimeInconsistency
-					}
-					if len(o.ops) > 0 {
-						o.ops[0].err = bad
-					}
-					return appendWriteReply(e, op, types, &o)
-				})
-			}}, nil
-		}
-		return slot{finish: func() []byte { return errorReply(xid, zxid, bad) }}, nil
-	}
-	if op == wire.OpMulti && len(txn.Ops) == 0 {
-		zxid := m.fsm.applied.Load()
-		return slot{finish: func() []byte {
-			return reply(xid, zxid, func(e *wire.Encoder) wire.Code {
-				(&wire.MultiResponse{}).Encode(e)
-				return wire.OK
-			})
-		}}, nil
-	}
-	m.stats.writes.Add(1)
-	wait := m.submit(txn)
-	return slot{finish: func() []byte {
-		ctx, cancel := context.WithTimeout(m.ctx, 2*c.timeout)
-		defer cancel()
-		p := wait(ctx)
-		if p.err == nil && m.fsm.applied.Load() < p.index && m.watch.hasAny(c) {
-			// This connection has watches: notifications of everything
-			// up to this write must reach it before the reply does, so
-			// wait until the write is applied here. Without watches the
-			// reply can go at once; later reads wait (see lastWrite).
-			p.err = m.fsm.waitApplied(ctx, p.index)
-		}
-		if p.err != nil {
-			// Unknown outcome: only a lost connection tells the client
-			// that honestly.
-			m.log.Info("write failed; closing client", "remote", c.remote, "err", p.err)
-			c.close()
-			return nil
-		}
-		if p.index > c.lastWrite.Load() {
-			c.lastWrite.Store(p.index)
-		}
-		return reply(xid, p.index, func(e *wire.Encoder) wire.Code {
-			return appendWriteReply(e, op, types, &p.out)
-		})
-	}}, nil
-}
-
-func firstCode(have, c wire.Code) wire.Code {
-	if have != wire.OK {
-		return have
-	}
-	return c
-}
-
-// readOp decodes a read and returns the function that runs it in order, or
-// nil when op is not a read.
-func (c *conn) readOp(xid, op int32, d *wire.Decoder) func() []byte {
-	m := c.m
-	auth := c.auth
-	switch op {
-	case wire.OpExists, wire.OpGetData, wire.OpGetChildren, wire.OpGetChildren2:
-		var req wire.PathWatchRequest
-		if req.Decode(d) != nil {
-			return nil
-		}
-		return func() []byte { return c.read(xid, op, &req, auth) }
-	case wire.OpGetACL, wire.OpGetAllChildrenNumber, wire.OpGetEphemerals:
-		var req wire.PathRequest
-		if req.Decode(d) != nil {
-			return nil
-		}
-		return func() []byte { return c.readPath(xid, op, req.Path, auth) }
-	case wire.OpWhoAmI:
-		return func() []byte {
-			return reply(xid, m.fsm.applied.Load(), func(e *wire.Encoder) wire.Code {
-				var r wire.WhoAmIResponse
-				for _, a := range auth {
-					user := a.ID
-					if a.Scheme == "digest" {
-						user, _, _ = strings.Cut(a.ID, ":")
-					}
-					r.ClientInfo = append(r.ClientInfo, wire.ClientInfo{AuthScheme: a.Scheme, User: user})
-				}
-				r.Encode(e)
-				return wire.OK
-			})
-		}
-	case wire.OpSetWatches, wire.OpSetWatches2:
-		var sw wire.SetWatches2
-		if op == wire.OpSetWatches {
-			var v1 wire.SetWatches
-			if v1.Decode(d) != nil {
-				return nil
-			}
-			sw = wire.SetWatches2{RelativeZxid: v1.RelativeZxid, DataWatches: v1.DataWatches, ExistWatches: v1.ExistWatches, ChildWatches: v1.ChildWatches}
-		} else if sw.Decode(d) != nil {
-			return nil
-		}
-		return func() []byte { return c.setWatches(xid, &sw, auth) }
-	case wire.OpAddWatch:
-		var req wire.AddWatchRequest
-		if req.Decode(d) != nil {
-			return nil
-		}
-		return func() []byte {
-			zxid := m.fsm.applied.Load()
-			if tree.ValidatePath(req.Path, false) != nil {
-				return errorReply(xid, zxid, wire.ErrBadArguments)
-			}
-			kind := watchPersistent
-			switch req.Mode {
-			case wire.AddWatchPersistent:
-			case wire.AddWatchPersistentRecursive:
-				kind = watchRecursive
-			default:
-				// ZooKeeper fails to read such a request: MarshallingError.
-				return errorReply(xid, zxid, wire.ErrMarshallingError)
-			}
-			m.watch.add(kind, req.Path, c)
-			// ZooKeeper answers addWatch with an ErrorResponse body of 0;
-			// the Java client reads it and fails without it.
-			return reply(xid, zxid, func(e *wire.Encoder) wire.Code {
-				(&wire.ErrorResponse{}).Encode(e)
-				return wire.OK
-			})
-		}
-	case wire.OpCheckWatches, wire.OpRemoveWatches:
-		var req wire.RemoveWatchesRequest
-		if req.Decode(d) != nil {
-			return nil
-		}
-		return func() []byte { return c.removeWatches(xid, op == wire.OpRemoveWatches, &req) }
-	case wire.OpMultiRead:
-		var req wire.MultiRequest
-		if req.Decode(d) != nil {
-			return nil
-		}
-		return func() []byte { return c.multiRead(xid, &req, auth) }
-	}
-	return nil
-}
-
-func (c *conn) read(xid, op int32, req *wire.PathWatchRequest, auth []tree.Identity) []byte {
-	m := c.m
-	if tree.ValidatePath(req.Path, false) != nil {
-		return errorReply(xid, m.fsm.applied.Load(), wire.ErrBadArguments)
-	}
-	m.stats.reads.Add(1)
-	// The sequencer holds the tree's read lock (slot.locked).
-	zxid := m.fsm.applied.Load()
-	t := m.fsm.tree
-	return reply(xid, zxid, func(e *wire.Encoder) wire.Code {
-		switch op {
-		case wire.OpExists:
-			st, err := t.Exists(req.Path)
-			if req.Watch {
-				// exists sets a watch whether or not the node is there:
-				// on its data if it is, on its creation if not.
-				if err == nil {
-					m.watch.add(watchData, req.Path, c)
-				} else if errors.Is(err, tree.ErrNoNode) {
-					m.watch.add(watchExist, req.Path, c)
-				}
-			}
-			if err != nil {
-				return codeOf(err)
-			}
-			s := statOf(st)
-			s.Encode(e)
-		case wire.OpGetData:
-			data, st, err := t.Get(req.Path, auth)
-			if err != nil {
-				return codeOf(err)
-			}
-			if req.Watch {
-				m.watch.add(watchData, req.Path, c)
-			}
-			(&wire.GetDataResponse{Data: data, Stat: statOf(st)}).Encode(e)
-		case wire.OpGetChildren, wire.OpGetChildren2:
-			kids, st, err := t.Children(req.Path, auth)
-			if err != nil {
-				return codeOf(err)
-			}
-			if req.Watch {
-				m.watch.add(watchChild, req.Path, c)
-			}
-			if kids == nil {
-				kids = []string{}
-			}
-			if op == wire.OpGetChildren {
-				(&wire.GetChildrenResponse{Children: kids}).Encode(e)
-			} else {
-				(&wire.GetChildren2Response{Children: kids, Stat: statOf(st)}).Encode(e)
-			}
-		}
-		return wire.OK
-	})
-}
-
-func (c *conn) readPath(xid, op int32, path string, auth []tree.Identity) []byte {
-	m := c.m
-	// getEphemerals takes a prefix, not a path: ZooKeeper does not
-	// validate it, and an empty one means every ephemeral.
-	if op != wire.OpGetEphemerals && tree.ValidatePath(path, false) != nil {
-		return errorReply(xid, m.fsm.applied.Load(), wire.ErrBadArguments)
-	}
-	// The sequencer holds the tree's read lock (slot.locked).
-	zxid := m.fsm.applied.Load()
-	t := m.fsm.tree
-	return reply(xid, zxid, func(e *wire.Encoder) wire.Code {
-		switch op {
-		case wire.OpGetACL:
-			acl, st, err := t.GetACL(path, auth)
-			if err != nil {
-				return codeOf(err)
-			}
-			(&wire.GetACLResponse{ACL: aclsOf(acl), Stat: statOf(st)}).Encode(e)
-		case wire.OpGetAllChildrenNumber:
-			if err := t.CheckACL(path, tree.PermRead, auth); err != nil {
-				return codeOf(err)
-			}
-			n, err := t.AllChildrenNumber(path)
-			if err != nil {
-				return codeOf(err)
-			}
-			(&wire.GetAllChildrenNumberResponse{TotalNumber: int32(n)}).Encode(e)
-		case wire.OpGetEphemerals:
-			eph := t.Ephemerals(c.session, path)
-			if eph == nil {
-				eph = []string{}
-			}
-			(&wire.GetEphemeralsResponse{Ephemerals: eph}).Encode(e)
-		}
-		return wire.OK
-	})
-}
-
-func (c *conn) multiRead(xid int32, req *wire.MultiRequest, auth []tree.Identity) []byte {
-	m := c.m
-	// The sequencer holds the tree's read lock (slot.locked).
-	zxid := m.fsm.applied.Load()
-	t := m.fsm.tree
-	return reply(xid, zxid, func(e *wire.Encoder) wire.Code {
-		var mr wire.MultiResponse
-		for _, o := range req.Ops {
-			if tree.ValidatePath(o.Path, false) != nil {
-				mr.Results = append(mr.Results, wire.MultiResult{Type: wire.OpError, Err: wire.ErrBadArguments})
-				continue
-			}
-			switch o.Type {
-			case wire.OpGetData:
-				data, st, err := t.Get(o.Path, auth)
-				if err != nil {
-					mr.Results = append(mr.Results, wire.MultiResult{Type: wire.OpError, Err: codeOf(err)})
-					continue
-				}
-				mr.Results = append(mr.Results, wire.MultiResult{Type: o.Type, Data: data, Stat: statOf(st)})
-			case wire.OpGetChildren:
-				kids, _, err := t.Children(o.Path, auth)
-				if err != nil {
-					mr.Results = append(mr.Results, wire.MultiResult{Type: wire.OpError, Err: codeOf(err)})
-					continue
-				}
-				mr.Results = append(mr.Results, wire.MultiResult{Type: o.Type, Children: kids})
-			default:
-				return wire.ErrBadArguments
-			}
-		}
-		mr.Encode(e)
-		return wire.OK
-	})
-}
-
-// setWatches re-registers a reconnecting client's watches. A change the
-// client missed (newer than relativeZxid, the last zxid it saw) fires at
-// once instead, if the session may read the node (for a child watch, the
-// node whose children changed); otherwise the watch is used up silently,
-// like any one-shot watch fired by a change the session may not read (see
-// watchManager.trigger). ZooKeeper delivers these missed-change events
-// without an ACL check. A deletion fires unchecked, the node's ACL being
-// gone with it: the session named the path itself, and exists (which
-// checks no ACL) would tell it the same.
-func (c *conn) setWatches(xid int32, sw *wire.SetWatches2, auth []tree.Identity) []byte {
-	m := c.m
-	// The sequencer holds the tree's read lock (slot.locked).
-	zxid := m.fsm.applied.Load()
-	t := m.fsm.tree
-	rel := sw.RelativeZxid
-	fire := func(typ int32, path string) {
-		if typ != wire.EventNodeDeleted && t.CheckACL(path, tree.PermRead, auth) != nil {
-			return
-		}
-		c.notify(wire.WatcherEvent{Type: typ, State: wire.StateSyncConnected, Path: path}, zxid)
-	}
-	for _, p := range sw.DataWatches {
-		st, err := t.Exists(p)
-		switch {
-		case err != nil:
-			fire(wire.EventNodeDeleted, p)
-		case st.Mzxid > rel:
-			fire(wire.EventNodeDataChanged, p)
-		default:
-			m.watch.add(watchData, p, c)
-		}
-	}
-	for _, p := range sw.ExistWatches {
-		if _, err := t.Exists(p); err == nil {
-			fire(wire.EventNodeCreated, p)
-		} else {
-			m.watch.add(watchExist, p, c)
-		}
-	}
-	for _, p := range sw.ChildWatches {
-		st, err := t.Exists(p)
-		switch {
-		case err != nil:
-			fire(wire.EventNodeDeleted, p)
-		case st.Pzxid > rel:
-			fire(wire.EventNodeChildrenChanged, p)
-		default:
-			m.watch.add(watchChild, p, c)
-		}
-	}
-	for _, p := range sw.PersistentWatches {
-		m.watch.add(watchPersistent, p, c)
-	}
-	for _, p := range sw.PersistentRecursiveWatches {
-		m.watch.add(watchRecursive, p, c)
-	}
-	return reply(xid, zxid, nil)
-}
-
-func (c *conn) removeWatches(xid int32, remove bool, req *wire.RemoveWatchesRequest) []byte {
-	m := c.m
-	zxid := m.fsm.applied.Load()
-	var kinds []watchKind
-	switch req.Type {
-	case wire.WatcherChildren:
-		kinds = []watchKind{watchChild}
-	case wire.WatcherData:
-		kinds = []watchKind{watchData, watchExist}
-	case wire.WatcherAny:
-		kinds = []watchKind{watchChild, watchData, watchExist, watchPersistent, watchRecursive}
+	select {
+	case <-c.done:
+		return
 	default:
-		return errorReply(xid, zxid, wire.ErrMarshallingError)
 	}
-	found := false
-	for _, k := range kinds {
-		if remove {
-			found = m.watch.remove(k, req.Path, c) || found
-		} else if m.watch.has(k, req.Path, c) {
-			found = true
+	// No reply may carry a zxid below the session's own writes (clients
+	// keep the last zxid they saw for reconnecting).
+	if z := c.lastWrite.Load(); z != 0 {
+		if fz, ok := wire.ReplyZxid(frame); ok && fz < z {
+			wire.PatchReplyZxid(frame, z)
 		}
 	}
-	if !found {
-		return errorReply(xid, zxid, wire.ErrNoWatcher)
-	}
-	return reply(xid, zxid, nil)
+	c.push(frame)
+	c.env.stats.observe(s.op, time.Since(s.arrived))
 }
 
 // zxid is the zxid a reply that reads no particular state carries.
 func (c *conn) zxid() int64 {
-	return max(c.m.fsm.applied.Load(), c.lastWrite.Load())
+	return max(c.env.host.lastZxid(), c.lastWrite.Load())
 }

@@ -24,6 +24,10 @@ const Version = "3.8.4-coordrun"
 // members and their raft state as JSON (used by `coordrun ensemble status`).
 const statusWord = "mbrs"
 
+// The four-letter words on the client port, ZooKeeper's and coordrun's
+// own: the answers are text built from the member's state and its request
+// stats.
+
 // fourLetter answers a four-letter word and closes, as ZooKeeper does.
 func (m *Member) fourLetter(word string, nc net.Conn) {
 	_ = nc.SetWriteDeadline(time.Now().Add(10 * time.Second))
@@ -49,7 +53,7 @@ func (m *Member) fourLetter(word string, nc net.Conn) {
 	case statusWord:
 		ctx, cancel := context.WithTimeout(m.ctx, 5*time.Second)
 		defer cancel()
-		b, _ := json.Marshal(m.EnsembleStatus(ctx))
+		b, _ := json.Marshal(m.ensembleStatus(ctx))
 		out = string(b) + "\n"
 	default:
 		out = word + " is not executed because it is not in the whitelist.\n"
@@ -70,37 +74,29 @@ func (m *Member) mode() string {
 	return "looking"
 }
 
-func (m *Member) counts() (nodes, ephemerals int, dataSize int64) {
-	m.fsm.mu.RLock()
-	defer m.fsm.mu.RUnlock()
-	return m.fsm.tree.NodeCount(), m.fsm.tree.EphemeralCount(), m.fsm.tree.ApproximateDataSize()
-}
-
 func (m *Member) srvr(withClients bool) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "Zookeeper version: %s, built on %s\n", Version, "unknown")
 	if withClients {
 		b.WriteString("Clients:\n")
-		m.connMu.Lock()
 		var lines []string
-		for c := range m.conns {
+		m.clients.each(func(c *conn) {
 			lines = append(lines, fmt.Sprintf(" /%s[1](queued=0,recved=0,sent=0,sid=0x%x)\n", c.remote, c.session))
-		}
-		m.connMu.Unlock()
+		})
 		sort.Strings(lines)
 		for _, l := range lines {
 			b.WriteString(l)
 		}
 		b.WriteString("\n")
 	}
-	lmin, lavg, lmax := m.stats.latency()
+	lmin, lavg, lmax := m.stats.latencyMs()
 	nodes, _, _ := m.counts()
 	fmt.Fprintf(&b, "Latency min/avg/max: %s/%s/%s\n", fmtMs(lmin), fmtMs(lavg), fmtMs(lmax))
 	fmt.Fprintf(&b, "Received: %d\n", m.stats.received.Load())
 	fmt.Fprintf(&b, "Sent: %d\n", m.stats.sent.Load())
 	fmt.Fprintf(&b, "Connections: %d\n", m.stats.connections.Load())
-	fmt.Fprintf(&b, "Outstanding: %d\n", m.metrics.outstanding.Load())
-	fmt.Fprintf(&b, "Zxid: 0x%x\n", m.fsm.applied.Load())
+	fmt.Fprintf(&b, "Outstanding: %d\n", m.stats.outstanding.Load())
+	fmt.Fprintf(&b, "Zxid: 0x%x\n", m.fsm.lastZxid())
 	fmt.Fprintf(&b, "Mode: %s\n", m.mode())
 	fmt.Fprintf(&b, "Node count: %d\n", nodes)
 	return b.String()
@@ -109,7 +105,7 @@ func (m *Member) srvr(withClients bool) string {
 func fmtMs(v float64) string { return strconv.FormatFloat(v, 'f', -1, 64) }
 
 func (m *Member) mntr() string {
-	lmin, lavg, lmax := m.stats.latency()
+	lmin, lavg, lmax := m.stats.latencyMs()
 	nodes, eph, size := m.counts()
 	kv := [][2]string{
 		{"zk_version", Version},
@@ -120,13 +116,13 @@ func (m *Member) mntr() string {
 		{"zk_packets_received", strconv.FormatInt(m.stats.received.Load(), 10)},
 		{"zk_packets_sent", strconv.FormatInt(m.stats.sent.Load(), 10)},
 		{"zk_num_alive_connections", strconv.FormatInt(m.stats.connections.Load(), 10)},
-		{"zk_outstanding_requests", strconv.FormatInt(m.metrics.outstanding.Load(), 10)},
+		{"zk_outstanding_requests", strconv.FormatInt(m.stats.outstanding.Load(), 10)},
 		{"zk_znode_count", strconv.Itoa(nodes)},
 		{"zk_watch_count", strconv.Itoa(m.watch.count())},
 		{"zk_ephemerals_count", strconv.Itoa(eph)},
 		{"zk_approximate_data_size", strconv.FormatInt(size, 10)},
 		{"zk_global_sessions", strconv.Itoa(m.track.count())},
-		{"zk_last_zxid", strconv.FormatInt(m.fsm.applied.Load(), 10)},
+		{"zk_last_zxid", strconv.FormatInt(m.fsm.lastZxid(), 10)},
 		{"coordrun_watch_notifications", strconv.FormatInt(m.stats.notifications.Load(), 10)},
 	}
 	if m.IsLeader() {
@@ -184,95 +180,3 @@ func portOf(addr string) int {
 	return n
 }
 
-// MemberStatus is one member's view of itself.
-type MemberStatus struct {
-	ID           string `json:"id"`
-	PeerAddr     string `json:"peer_addr"`
-	ClientAddr   string `json:"client_addr,omitempty"`
-	State        string `json:"state"`
-	Term         uint64 `json:"term"`
-	CommitIndex  uint64 `json:"commit_index"`
-	AppliedIndex uint64 `json:"applied_index"`
-	LastZxid     int64  `json:"last_zxid"`
-	Leader       string `json:"leader"`
-	Sessions     int    `json:"sessions"`
-	Znodes       int    `json:"znodes"`
-	Error        string `json:"error,omitempty"`
-}
-
-// Status is the ensemble as one member sees it, with each member's own
-// report fetched over the peer port.
-type Status struct {
-	Leader  string         `json:"leader"`
-	Members []MemberStatus `json:"members"`
-}
-
-func (m *Member) localStatus() MemberStatus {
-	_, leaderID := m.raft.LeaderWithID()
-	nodes, _, _ := m.counts()
-	stats := m.raft.Stats()
-	term, _ := strconv.ParseUint(stats["term"], 10, 64)
-	return MemberStatus{
-		ID:           m.cfg.ID,
-		PeerAddr:     m.PeerAddr(),
-		ClientAddr:   m.ClientAddr(),
-		State:        strings.ToLower(m.raft.State().String()),
-		Term:         term,
-		CommitIndex:  m.raft.CommitIndex(),
-		AppliedIndex: m.raft.AppliedIndex(),
-		LastZxid:     m.fsm.applied.Load(),
-		Leader:       string(leaderID),
-		Sessions:     m.track.count(),
-		Znodes:       nodes,
-	}
-}
-
-func (m *Member) localStatusJSON() []byte {
-	b, _ := json.Marshal(m.localStatus())
-	return b
-}
-
-// EnsembleStatus asks every member in the raft configuration for its
-// status; unreachable members are reported with an error.
-func (m *Member) EnsembleStatus(ctx context.Context) Status {
-	_, leaderID := m.raft.LeaderWithID()
-	st := Status{Leader: string(leaderID)}
-	cf := m.raft.GetConfiguration()
-	if cf.Error() != nil {
-		st.Members = []MemberStatus{m.localStatus()}
-		return st
-	}
-	servers := cf.Configuration().Servers
-	st.Members = make([]MemberStatus, len(servers))
-	done := make(chan struct{}, len(servers))
-	for i, s := range servers {
-		go func() {
-			defer func() { done <- struct{}{} }()
-			if string(s.ID) == m.cfg.ID {
-				st.Members[i] = m.localStatus()
-				return
-			}
-			ms := MemberStatus{ID: string(s.ID), PeerAddr: string(s.Address)}
-			rc, err := m.pool.get(string(s.Address))
-			if err == nil {
-				var kind byte
-				var payload []byte
-				kind, payload, err = rc.call(ctx, rpcStatus, nil)
-				if err == nil && kind == rpcStatus {
-					err = json.Unmarshal(payload, &ms)
-				} else if err == nil {
-					err = fmt.Errorf("%s", rpcErrorText(kind, payload))
-				}
-			}
-			if err != nil {
-				ms.State = "unreachable"
-				ms.Error = err.Error()
-			}
-			st.Members[i] = ms
-		}()
-	}
-	for range servers {
-		<-done
-	}
-	return st
-}

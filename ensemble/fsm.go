@@ -26,30 +26,43 @@ type applyResult struct {
 // changes and restarts.
 //
 // Concurrency: raft calls ApplyBatch, Snapshot and Restore from one
-// goroutine. Readers (client connections) take mu for reading; ApplyBatch
-// takes it for writing and calls afterApply under it, so a watch
-// notification is queued on its connection before any read can observe the
-// state it announces.
+// goroutine. Everyone else sees the tree only through view, which holds
+// the read lock for as long as its function runs; ApplyBatch holds the
+// write lock and calls afterApply under it, so a watch notification is
+// queued on its connection before any view can observe the state it
+// announces. mu is not touched outside this file.
 type fsm struct {
-	mu   sync.RWMutex
+	mu   sync.RWMutex // guards tree, and orders applies against views
 	tree *tree.Tree
 
-	applied atomic.Int64 // index of the last applied command; the member's zxid
-	waitMu  sync.Mutex
-	waitCh  chan struct{} // closed and replaced whenever applied advances
+	applied  atomic.Int64 // index of the last applied command; the member's zxid
+	advanced broadcast    // notified whenever applied advances
 
 	// afterApply runs under mu (write) for every applied txn.
 	afterApply func(txn *tree.Txn, res *tree.Result, zxid int64)
 	// afterRestore runs under mu (write) after a snapshot replaced the tree.
-	afterRestore func()
+	afterRestore func(t *tree.Tree)
 	// afterBatch runs after a batch, outside mu, with the index and term
 	// of its last command.
 	afterBatch func(index, term uint64)
 }
 
 func newFSM() *fsm {
-	return &fsm{tree: tree.New(), waitCh: make(chan struct{})}
+	return &fsm{tree: tree.New()}
 }
+
+// view runs fn with the tree and the zxid it has applied, under the read
+// lock: no apply, and so no watch notification, happens while fn runs. fn
+// must not keep t, and must not wait for anything an apply could be needed
+// for.
+func (f *fsm) view(fn func(t *tree.Tree, zxid int64)) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	fn(f.tree, f.applied.Load())
+}
+
+// lastZxid is the zxid of the last applied txn.
+func (f *fsm) lastZxid() int64 { return f.applied.Load() }
 
 var _ raft.BatchingFSM = (*fsm)(nil)
 
@@ -88,7 +101,7 @@ func (f *fsm) ApplyBatch(logs []*raft.Log) []interface{} {
 	}
 	f.mu.Unlock()
 	if last != 0 {
-		f.wake()
+		f.advanced.notify()
 		if f.afterBatch != nil {
 			f.afterBatch(uint64(last), lastTerm)
 		}
@@ -96,19 +109,10 @@ func (f *fsm) ApplyBatch(logs []*raft.Log) []interface{} {
 	return out
 }
 
-func (f *fsm) wake() {
-	f.waitMu.Lock()
-	close(f.waitCh)
-	f.waitCh = make(chan struct{})
-	f.waitMu.Unlock()
-}
-
 // waitApplied blocks until the command at index has been applied here.
 func (f *fsm) waitApplied(ctx context.Context, index int64) error {
 	for {
-		f.waitMu.Lock()
-		ch := f.waitCh
-		f.waitMu.Unlock()
+		ch := f.advanced.wait()
 		if f.applied.Load() >= index {
 			return nil
 		}
@@ -123,11 +127,17 @@ func (f *fsm) waitApplied(ctx context.Context, index int64) error {
 // Snapshot clones the tree under the read lock; serializing and writing it
 // to disk then happen in Persist without blocking applies.
 func (f *fsm) Snapshot() (raft.FSMSnapshot, error) {
-	f.mu.RLock()
-	defer f.mu.RUnlock()
-	s := &fsmSnapshot{tree: f.tree.Clone()}
-	binary.BigEndian.PutUint64(s.hdr[:], uint64(f.applied.Load()))
-	return s, nil
+	return f.clone(), nil
+}
+
+// clone is a private copy of the tree and its zxid, taken in one view.
+func (f *fsm) clone() *fsmSnapshot {
+	var s fsmSnapshot
+	f.view(func(t *tree.Tree, zxid int64) {
+		s.tree = t.Clone()
+		binary.BigEndian.PutUint64(s.hdr[:], uint64(zxid))
+	})
+	return &s
 }
 
 func (f *fsm) Restore(rc io.ReadCloser) error {
@@ -145,10 +155,10 @@ func (f *fsm) Restore(rc io.ReadCloser) error {
 	f.tree = t
 	f.applied.Store(int64(binary.BigEndian.Uint64(hdr[:])))
 	if f.afterRestore != nil {
-		f.afterRestore()
+		f.afterRestore(t)
 	}
 	f.mu.Unlock()
-	f.wake()
+	f.advanced.notify()
 	return nil
 }
 

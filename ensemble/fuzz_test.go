@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/coordrun/coordrun/ensemble/wire"
+	"github.com/coordrun/coordrun/ensemble/zk"
 )
 
 // The member RPCs travel between members only, but a peer port exposed
@@ -34,8 +35,8 @@ func FuzzReadRPC(f *testing.F) {
 func FuzzProposeReply(f *testing.F) {
 	e := wire.NewEncoder(nil)
 	e.Long(42)
-	o := outcome{err: wire.OK, session: 9, ops: []opOutcome{{path: "/a", stat: wire.Stat{Czxid: 42}}}}
-	o.encode(e)
+	o := zk.Outcome{Err: wire.OK, Session: 9, Ops: []zk.OpOutcome{{Path: "/a", Stat: wire.Stat{Czxid: 42}}}}
+	o.Encode(e)
 	f.Add(byte(rpcPropose), e.Bytes())
 	f.Add(byte(rpcError), []byte("not leader"))
 	f.Fuzz(func(t *testing.T, kind byte, b []byte) {
@@ -45,9 +46,9 @@ func FuzzProposeReply(f *testing.F) {
 		}
 		e := wire.NewEncoder(nil)
 		e.Long(p.index)
-		p.out.encode(e)
+		p.out.Encode(e)
 		q, err := decodeProposeReply(rpcPropose, e.Bytes())
-		if err != nil || q.index != p.index || len(q.out.ops) != len(p.out.ops) || q.out.session != p.out.session {
+		if err != nil || q.index != p.index || len(q.out.Ops) != len(p.out.Ops) || q.out.Session != p.out.Session {
 			t.Fatalf("round trip: %v", err)
 		}
 	})

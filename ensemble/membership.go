@@ -2,25 +2,21 @@ package ensemble
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/netip"
-	"os"
 	"strings"
 	"time"
 
-	"github.com/coordrun/coordrun/ensemble/tree"
 	"github.com/coordrun/coordrun/ensemble/wire"
 	"github.com/hashicorp/raft"
 )
 
-// Membership changes and backups. Both are administrative: by default only
-// clients on the member's own host (loopback) may ask for them, since a
-// snapshot holds every znode regardless of ACLs and a reconfig can take
-// the ensemble apart. Config.AdminFrom widens that.
+// Membership changes. Like backups (backup.go) they are administrative: by
+// default only clients on the member's own host (loopback) may ask for
+// them, since a reconfig can take the ensemble apart (and a snapshot holds
+// every znode regardless of ACLs). Config.AdminFrom widens that.
 
 // adminAllowed reports whether a client at remote may reconfigure the
 // ensemble or read a snapshot.
@@ -98,33 +94,16 @@ func splitList(s string) []string {
 // A new member must have been started with Config.Join (no bootstrap); it
 // catches up by log or snapshot once added.
 func (m *Member) changeMembers(ctx context.Context, ch memberChange) error {
-	if !m.IsLeader() {
-		addr, err := m.leaderAddr()
-		if err != nil {
-			return err
-		}
-		rc, err := m.pool.get(addr)
-		if err != nil {
-			return fmt.Errorf("%w: %v", ErrNoLeader, err)
-		}
-		e := wire.NewEncoder(nil)
-		e.Int(int32(len(ch.add)))
-		for _, p := range ch.add {
-			e.String(p.ID)
-			e.String(p.Addr)
-		}
-		e.Strings(ch.remove)
-		kind, payload, err := rc.call(ctx, rpcReconfig, e.Bytes())
-		switch {
-		case err != nil:
-			return fmt.Errorf("%w: %v", ErrNoLeader, err)
-		case kind == rpcBadChange:
-			return fmt.Errorf("%w: %s", errBadChange, payload)
-		case kind != rpcReconfig:
-			return errors.New(rpcErrorText(kind, payload))
-		}
-		return nil
-	}
+	_, err := leaderCall(m, rpcReconfig,
+		func() ([]byte, error) { return encodeMemberChange(ch), nil },
+		func() pending[struct{}] {
+			return func(ctx context.Context) (struct{}, error) { return struct{}{}, m.applyChange(ctx, ch) }
+		}, nil)(ctx)
+	return err
+}
+
+// applyChange makes a membership change as the leader.
+func (m *Member) applyChange(ctx context.Context, ch memberChange) error {
 	timeout := 10 * time.Second
 	if d, ok := ctx.Deadline(); ok {
 		timeout = time.Until(d)
@@ -155,6 +134,17 @@ func (m *Member) changeMembers(ctx context.Context, ch memberChange) error {
 		m.log.Info("member removed", "id", id)
 	}
 	return nil
+}
+
+func encodeMemberChange(ch memberChange) []byte {
+	e := wire.NewEncoder(nil)
+	e.Int(int32(len(ch.add)))
+	for _, p := range ch.add {
+		e.String(p.ID)
+		e.String(p.Addr)
+	}
+	e.Strings(ch.remove)
+	return e.Bytes()
 }
 
 func decodeMemberChange(b []byte) (memberChange, error) {
@@ -189,112 +179,25 @@ func (m *Member) configText() []byte {
 	return []byte(b.String())
 }
 
-// reconfigSlot answers opcode 16.
-func (c *conn) reconfigSlot(xid int32, d *wire.Decoder) (slot, error) {
-	var req wire.ReconfigRequest
-	if err := req.Decode(d); err != nil {
-		return slot{}, err
+// reconfig serves a client's reconfig request (opcode 16) from remote and
+// returns the new configuration, or the error code to answer with.
+func (m *Member) reconfig(ctx context.Context, remote net.Addr, req *wire.ReconfigRequest) ([]byte, wire.Code) {
+	if !m.adminAllowed(remote) {
+		return nil, wire.ErrReconfigDisabled
 	}
-	m := c.m
-	return slot{finish: func() []byte {
-		zxid := c.zxid()
-		if !m.adminAllowed(c.nc.RemoteAddr()) {
-			return errorReply(xid, zxid, wire.ErrReconfigDisabled)
-		}
-		ch, err := parseReconfig(&req)
-		if err != nil {
-			m.log.Info("bad reconfig", "remote", c.remote, "err", err)
-			return errorReply(xid, zxid, wire.ErrBadArguments)
-		}
-		ctx, cancel := context.WithTimeout(m.ctx, 30*time.Second)
-		defer cancel()
-		if err := m.changeMembers(ctx, ch); err != nil {
-			m.log.Warn("reconfig failed", "remote", c.remote, "err", err)
-			code := wire.ErrNewConfigNoQuorum
-			if errors.Is(err, errBadChange) {
-				code = wire.ErrBadArguments
-			}
-			return errorReply(xid, zxid, code)
-		}
-		return reply(xid, c.zxid(), func(e *wire.Encoder) wire.Code {
-			(&wire.GetDataResponse{Data: m.configText()}).Encode(e)
-			return wire.OK
-		})
-	}}, nil
-}
-
-// snapshotWord is coordrun's own four-letter word that streams a snapshot
-// of the tree: the applied zxid (8 bytes) followed by the tree's snapshot
-// format. `coordrun ensemble snapshot save` reads it.
-const snapshotWord = "snap"
-
-// The snapshot includes every write committed before the request (the
-// member first catches up as for a sync), so saving from a follower
-// misses nothing acknowledged.
-func (m *Member) streamSnapshot(w io.Writer) error {
-	ctx, cancel := context.WithTimeout(m.ctx, 30*time.Second)
+	ch, err := parseReconfig(req)
+	if err != nil {
+		m.log.Info("bad reconfig", "remote", remote.String(), "err", err)
+		return nil, wire.ErrBadArguments
+	}
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	idx, err := m.readIndex(ctx)
-	if err == nil {
-		err = m.fsm.waitApplied(ctx, idx)
+	if err := m.changeMembers(ctx, ch); err != nil {
+		m.log.Warn("reconfig failed", "remote", remote.String(), "err", err)
+		if errors.Is(err, errBadChange) {
+			return nil, wire.ErrBadArguments
+		}
+		return nil, wire.ErrNewConfigNoQuorum
 	}
-	if err != nil {
-		_, _ = fmt.Fprintf(w, "error: cannot catch up with the leader: %v\n", err)
-		return err
-	}
-	m.fsm.mu.RLock()
-	t := m.fsm.tree.Clone()
-	zxid := m.fsm.applied.Load()
-	m.fsm.mu.RUnlock()
-	var hdr [8]byte
-	binary.BigEndian.PutUint64(hdr[:], uint64(zxid))
-	if _, err := w.Write(hdr[:]); err != nil {
-		return err
-	}
-	return t.WriteSnapshot(w)
+	return m.configText(), wire.OK
 }
-
-// ReadBackup reads a snapshot saved by `coordrun ensemble snapshot save`,
-// checking it whole, and returns its zxid and tree.
-func ReadBackup(r io.Reader) (int64, *tree.Tree, error) {
-	var hdr [8]byte
-	if _, err := io.ReadFull(r, hdr[:]); err != nil {
-		return 0, nil, fmt.Errorf("backup header: %w", err)
-	}
-	t, err := tree.ReadSnapshot(r)
-	if err != nil {
-		return 0, nil, fmt.Errorf("backup: %w", err)
-	}
-	return int64(binary.BigEndian.Uint64(hdr[:])), t, nil
-}
-
-// seedFromBackup writes a backup into a new data dir's snapshot store as
-// the raft snapshot to start from, with the initial members as its
-// configuration. Raft then starts from it instead of bootstrapping, on
-// every member seeded from the same file alike. Its index is the backup's
-// zxid, so zxids (and fencing tokens) keep rising past the backup's.
-func seedFromBackup(file string, snaps raft.SnapshotStore, trans raft.Transport, peers []Peer) error {
-	f, err := openBackup(file)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	zxid, t, err := ReadBackup(f)
-	if err != nil {
-		return err
-	}
-	var servers []raft.Server
-	for _, p := range peers {
-		servers = append(servers, raft.Server{Suffrage: raft.Voter, ID: raft.ServerID(p.ID), Address: raft.ServerAddress(p.Addr)})
-	}
-	index := uint64(max(zxid, 1))
-	sink, err := snaps.Create(1, index, 1, raft.Configuration{Servers: servers}, index, trans)
-	if err != nil {
-		return err
-	}
-	s := &fsmSnapshot{tree: t}
-	binary.BigEndian.PutUint64(s.hdr[:], uint64(zxid))
-	return s.Persist(sink)
-}
-
-func openBackup(file string) (io.ReadCloser, error) { return os.Open(file) }

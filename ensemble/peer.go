@@ -31,15 +31,42 @@ type peerMux struct {
 	raftCh  chan net.Conn
 	handler func(net.Conn)
 	log     *slog.Logger
+	tr      *tracker
 	closed  chan struct{}
 	once    sync.Once
 	tls     *peerTLS // dialing side of peer TLS; nil: plaintext
+
+	// open holds the accepted connections not handed to raft: Close ends
+	// them, so that their goroutines end too (raft closes its own).
+	mu   sync.Mutex
+	open map[net.Conn]struct{}
 }
 
-func newPeerMux(ln net.Listener, handler func(net.Conn), log *slog.Logger) *peerMux {
-	m := &peerMux{ln: ln, raftCh: make(chan net.Conn), handler: handler, log: log, closed: make(chan struct{})}
-	go m.serve()
+// newPeerMux starts serving ln; its goroutines are started through tr.
+func newPeerMux(tr *tracker, ln net.Listener, handler func(net.Conn), log *slog.Logger) *peerMux {
+	m := &peerMux{ln: ln, raftCh: make(chan net.Conn), handler: handler, log: log, tr: tr,
+		closed: make(chan struct{}), open: map[net.Conn]struct{}{}}
+	tr.Go(m.serve)
 	return m
+}
+
+// hold records an accepted connection until release; false when the mux
+// is closed (the connection is closed then).
+func (m *peerMux) hold(c net.Conn) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.open == nil {
+		c.Close()
+		return false
+	}
+	m.open[c] = struct{}{}
+	return true
+}
+
+func (m *peerMux) release(c net.Conn) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.open, c)
 }
 
 func (m *peerMux) serve() {
@@ -58,7 +85,9 @@ func (m *peerMux) serve() {
 			m.log.Error("peer accept", "err", err)
 			return
 		}
-		go m.route(c)
+		if m.hold(c) {
+			m.tr.Go(func() { m.route(c) })
+		}
 	}
 }
 
@@ -66,12 +95,14 @@ func (m *peerMux) route(c net.Conn) {
 	var b [1]byte
 	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
 	if _, err := io.ReadFull(c, b[:]); err != nil {
+		m.release(c)
 		c.Close()
 		return
 	}
 	_ = c.SetReadDeadline(time.Time{})
 	switch b[0] {
 	case streamRaft:
+		m.release(c)
 		select {
 		case m.raftCh <- c:
 		case <-m.closed:
@@ -79,7 +110,9 @@ func (m *peerMux) route(c net.Conn) {
 		}
 	case streamMember:
 		m.handler(c)
+		m.release(c)
 	default:
+		m.release(c)
 		c.Close()
 	}
 }
@@ -94,8 +127,16 @@ func (m *peerMux) Accept() (net.Conn, error) {
 	}
 }
 
+// Close stops accepting and ends every connection not handed to raft.
 func (m *peerMux) Close() error {
 	m.once.Do(func() { close(m.closed) })
+	m.mu.Lock()
+	open := m.open
+	m.open = nil
+	m.mu.Unlock()
+	for c := range open {
+		c.Close()
+	}
 	return m.ln.Close()
 }
 
@@ -123,19 +164,103 @@ func (m *peerMux) Dial(addr raft.ServerAddress, timeout time.Duration) (net.Conn
 
 // Member RPC frames: u32 length, u8 kind, u64 call id, payload. Replies
 // carry the id of their call; a connection may have many calls in flight.
+// A reply has its call's kind, or rpcError with a peerCode and text.
 const (
 	rpcPropose   byte = 1 // txn → index, reply code, reply body
 	rpcTouch     byte = 2 // session ids → ack (liveness relay)
 	rpcReadIndex byte = 3 // → index the caller must apply before answering sync
 	rpcStatus    byte = 4 // → JSON status of the member
 	rpcReconfig  byte = 5 // member change → done (leader only)
-	rpcBadChange byte = 6 // reply: the member change names a non-member
 	rpcError     byte = 255
+
+	// rpcLegacyBadChange is how members before peer codes answered a
+	// membership change naming a non-member; still understood, so that a
+	// rolling upgrade keeps the error.
+	rpcLegacyBadChange byte = 6
 )
 
 const maxRPCFrame = 64 << 20
 
 var errPeerGone = errors.New("member connection lost")
+
+// peerCode is why a member RPC failed. It travels as the first byte of an
+// rpcError reply, followed by text for the log; the caller acts on the
+// code alone.
+type peerCode byte
+
+const (
+	peerFailed     peerCode = 1 // tried and failed; the text says why
+	peerNotLeader  peerCode = 2 // the call needs the leader, and this member is not
+	peerBadChange  peerCode = 3 // a membership change names what cannot change
+	peerBadRequest peerCode = 4 // the payload does not decode
+	peerUnknown    peerCode = 5 // a kind this member does not serve
+)
+
+// Errors that member RPCs answer with codes.
+var (
+	errNotLeader  = errors.New("not leader")
+	errBadRequest = errors.New("bad member rpc payload")
+	errUnknownRPC = errors.New("unknown member rpc")
+)
+
+// peerCodes pairs each code but peerFailed with its error.
+var peerCodes = []struct {
+	code peerCode
+	err  error
+}{
+	{peerNotLeader, errNotLeader},
+	{peerBadChange, errBadChange},
+	{peerBadRequest, errBadRequest},
+	{peerUnknown, errUnknownRPC},
+}
+
+// peerError is a failure a peer answered a member RPC with. errors.Is
+// matches it against the error of its code.
+type peerError struct {
+	code peerCode
+	text string
+}
+
+func (e *peerError) Error() string { return "member rpc: " + e.text }
+
+func (e *peerError) Is(target error) bool {
+	for _, c := range peerCodes {
+		if c.code == e.code {
+			return c.err == target
+		}
+	}
+	return false
+}
+
+// encodePeerError is the payload of the rpcError reply for err.
+func encodePeerError(err error) []byte {
+	code := peerFailed
+	for _, c := range peerCodes {
+		if errors.Is(err, c.err) {
+			code = c.code
+			break
+		}
+	}
+	return append([]byte{byte(code)}, err.Error()...)
+}
+
+// peerErrorOf is the error a reply of another kind than its call's
+// stands for.
+func peerErrorOf(kind byte, payload []byte) error {
+	switch {
+	case kind == rpcLegacyBadChange:
+		return &peerError{code: peerBadChange, text: string(payload)}
+	case kind != rpcError:
+		return &peerError{code: peerFailed, text: fmt.Sprintf("unexpected member rpc reply %d", kind)}
+	case len(payload) > 0 && payload[0] >= byte(peerFailed) && payload[0] <= byte(peerUnknown):
+		return &peerError{code: peerCode(payload[0]), text: string(payload[1:])}
+	}
+	// A member from before peer codes: its text alone.
+	return &peerError{code: peerFailed, text: string(payload)}
+}
+
+// rpcErrorText describes a failure reply.
+func rpcErrorText(kind byte, payload []byte) string { return peerErrorOf(kind, payload).Error() }
 
 // appendRPC appends one frame to b.
 func appendRPC(b []byte, kind byte, id uint64, payload []byte) []byte {
@@ -155,11 +280,11 @@ type frameWriter struct {
 	kick    chan struct{}
 }
 
-// newFrameWriter starts the sending goroutine; it ends when a write fails
-// (fail is called) or stop closes.
-func newFrameWriter(w io.Writer, stop <-chan struct{}, fail func(error)) *frameWriter {
+// newFrameWriter starts the sending goroutine through tr; it ends when a
+// write fails (fail is called) or stop closes.
+func newFrameWriter(tr *tracker, w io.Writer, stop <-chan struct{}, fail func(error)) *frameWriter {
 	fw := &frameWriter{kick: make(chan struct{}, 1)}
-	go func() {
+	tr.Go(func() {
 		var spare []byte
 		for {
 			select {
@@ -186,7 +311,7 @@ func newFrameWriter(w io.Writer, stop <-chan struct{}, fail func(error)) *frameW
 			}
 			spare = buf
 		}
-	}()
+	})
 	return fw
 }
 
@@ -200,10 +325,7 @@ func (fw *frameWriter) send(kind byte, id uint64, payload []byte) error {
 	}
 	fw.pending = appendRPC(fw.pending, kind, id, payload)
 	fw.mu.Unlock()
-	select {
-	case fw.kick <- struct{}{}:
-	default:
-	}
+	kick(fw.kick)
 	return nil
 }
 
@@ -229,22 +351,24 @@ func readRPC(r *bufio.Reader) (kind byte, id uint64, payload []byte, err error) 
 // own goroutine and gives the reply kind and payload.
 type rpcHandler func(kind byte, payload []byte) func() (byte, []byte)
 
-func serveRPC(c net.Conn, h rpcHandler) {
+// serveRPC answers the calls arriving on c until it fails; its goroutines
+// are started through tr.
+func serveRPC(tr *tracker, c net.Conn, h rpcHandler) {
 	defer c.Close()
 	stop := make(chan struct{})
 	defer close(stop)
 	r := bufio.NewReaderSize(c, 64<<10)
-	w := newFrameWriter(c, stop, func(error) { c.Close() })
+	w := newFrameWriter(tr, c, stop, func(error) { c.Close() })
 	for {
 		kind, id, payload, err := readRPC(r)
 		if err != nil {
 			return
 		}
 		finish := h(kind, payload)
-		go func() {
+		tr.Go(func() {
 			rk, rp := finish()
 			_ = w.send(rk, id, rp)
-		}()
+		})
 	}
 }
 
@@ -265,7 +389,9 @@ type rpcConn struct {
 	err     error
 }
 
-func dialRPC(addr string, timeout time.Duration, pt *peerTLS) (*rpcConn, error) {
+// dialRPC connects to a peer's member RPCs; the connection's goroutines
+// are started through tr.
+func dialRPC(tr *tracker, addr string, timeout time.Duration, pt *peerTLS) (*rpcConn, error) {
 	c, err := pt.dialTimeout(addr, timeout)
 	if err != nil {
 		return nil, err
@@ -278,8 +404,8 @@ func dialRPC(addr string, timeout time.Duration, pt *peerTLS) (*rpcConn, error) 
 		return nil, err
 	}
 	rc := &rpcConn{c: c, stop: make(chan struct{}), pending: map[uint64]chan rpcResult{}}
-	rc.w = newFrameWriter(c, rc.stop, rc.fail)
-	go rc.readLoop()
+	rc.w = newFrameWriter(tr, c, rc.stop, rc.fail)
+	tr.Go(rc.readLoop)
 	return rc, nil
 }
 
@@ -360,33 +486,90 @@ func (rc *rpcConn) Close() error {
 	return nil
 }
 
-// peerPool keeps one connection per peer address.
+// peerPool keeps one connection per peer address. It dials outside its
+// lock, at most once at a time per address: callers to one address wait
+// for that dial, callers to others do not.
 type peerPool struct {
-	mu    sync.Mutex
-	conns map[string]*rpcConn
-	tls   *peerTLS // nil: plaintext
+	tr  *tracker
+	tls *peerTLS // nil: plaintext
+
+	mu      sync.Mutex
+	conns   map[string]*rpcConn
+	dialing map[string]*poolDial
+	closed  bool
 }
+
+// poolDial is a dial in progress; done closes when c or err is set.
+type poolDial struct {
+	done chan struct{}
+	c    *rpcConn
+	err  error
+}
+
+var errPoolClosed = errors.New("member closing: no more peer connections")
 
 func (p *peerPool) get(addr string) (*rpcConn, error) {
 	p.mu.Lock()
-	defer p.mu.Unlock()
+	if p.closed {
+		p.mu.Unlock()
+		return nil, errPoolClosed
+	}
+	if c := p.conns[addr]; c != nil && !c.broken() {
+		p.mu.Unlock()
+		return c, nil
+	}
+	if d := p.dialing[addr]; d != nil {
+		p.mu.Unlock()
+		<-d.done
+		return d.c, d.err
+	}
+	if p.dialing == nil {
+		p.dialing = map[string]*poolDial{}
+	}
 	if p.conns == nil {
 		p.conns = map[string]*rpcConn{}
 	}
-	if c := p.conns[addr]; c != nil && !c.broken() {
-		return c, nil
+	d := &poolDial{done: make(chan struct{})}
+	p.dialing[addr] = d
+	p.mu.Unlock()
+
+	d.c, d.err = dialRPC(p.tr, addr, 2*time.Second, p.tls)
+	p.mu.Lock()
+	delete(p.dialing, addr)
+	switch {
+	case p.closed && d.err == nil:
+		d.c.Close()
+		d.c, d.err = nil, errPoolClosed
+	case d.err == nil:
+		p.conns[addr] = d.c
 	}
-	c, err := dialRPC(addr, 2*time.Second, p.tls)
+	p.mu.Unlock()
+	close(d.done)
+	return d.c, d.err
+}
+
+// call makes one call to the peer at addr and returns the reply's payload;
+// a failure reply is a *peerError.
+func (p *peerPool) call(ctx context.Context, addr string, kind byte, payload []byte) ([]byte, error) {
+	rc, err := p.get(addr)
 	if err != nil {
 		return nil, err
 	}
-	p.conns[addr] = c
-	return c, nil
+	k, reply, err := rc.call(ctx, kind, payload)
+	if err != nil {
+		return nil, err
+	}
+	if k != kind {
+		return nil, peerErrorOf(k, reply)
+	}
+	return reply, nil
 }
 
+// closeAll closes every connection; the pool dials no more.
 func (p *peerPool) closeAll() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.closed = true
 	for _, c := range p.conns {
 		c.Close()
 	}

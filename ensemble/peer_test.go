@@ -17,7 +17,7 @@ func TestFrameWriterKeepsFrames(t *testing.T) {
 	defer b.Close()
 	stop := make(chan struct{})
 	defer close(stop)
-	fw := newFrameWriter(a, stop, func(err error) { t.Errorf("write: %v", err) })
+	fw := newFrameWriter(nil, a, stop, func(err error) { t.Errorf("write: %v", err) })
 
 	const senders, frames = 8, 3000
 	var wg sync.WaitGroup

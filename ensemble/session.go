@@ -3,8 +3,11 @@ package ensemble
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
+
+	"github.com/coordrun/coordrun/ensemble/tree"
 )
 
 // sessionTracker keeps the expiry deadline of every live session. Every
@@ -143,9 +146,9 @@ type livenessRelay struct {
 
 	mu      sync.Mutex
 	pending map[int64]struct{}
-	gen     uint64 // generation of the batch now being collected
-	acked   uint64 // highest generation the leader acknowledged
-	ackCh   chan struct{}
+	gen     uint64    // generation of the batch now being collected
+	acked   uint64    // highest generation the leader acknowledged
+	acks    broadcast // notified, under mu, whenever acked advances
 	kick    chan struct{}
 	dead    map[int64]struct{} // sessions the leader refused
 }
@@ -160,7 +163,6 @@ func newLivenessRelay(send func(ctx context.Context, ids []int64) ([]int64, erro
 		dead:    map[int64]struct{}{},
 		pending: map[int64]struct{}{},
 		gen:     1,
-		ackCh:   make(chan struct{}),
 		kick:    make(chan struct{}, 1),
 	}
 }
@@ -172,10 +174,7 @@ func (r *livenessRelay) note(id int64) uint64 {
 	r.pending[id] = struct{}{}
 	g := r.gen
 	r.mu.Unlock()
-	select {
-	case r.kick <- struct{}{}:
-	default:
-	}
+	kick(r.kick)
 	return g
 }
 
@@ -192,7 +191,7 @@ func (r *livenessRelay) wait(ctx context.Context, g uint64, id int64) error {
 			r.mu.Unlock()
 			return nil
 		}
-		ch := r.ackCh
+		ch := r.acks.wait()
 		r.mu.Unlock()
 		select {
 		case <-ch:
@@ -255,8 +254,7 @@ func (r *livenessRelay) run(ctx context.Context, retry time.Duration) {
 			if g > r.acked {
 				r.acked = g
 			}
-			close(r.ackCh)
-			r.ackCh = make(chan struct{})
+			r.acks.notify()
 			more := len(r.pending) > 0
 			r.mu.Unlock()
 			if !more {
@@ -264,4 +262,81 @@ func (r *livenessRelay) run(ctx context.Context, retry time.Duration) {
 			}
 		}
 	}
+}
+
+// expireLoop runs on every member but acts only while it leads: it ends
+// the sessions whose deadline passed, after confirming with a quorum that
+// it still leads.
+func (m *Member) expireLoop() {
+	t := time.NewTicker(25 * time.Millisecond)
+	defer t.Stop()
+	wasLeader := false
+	for {
+		select {
+		case <-m.ctx.Done():
+			return
+		case <-t.C:
+		}
+		leader := m.IsLeader()
+		if leader && !wasLeader {
+			m.track.refreshAll()
+		}
+		wasLeader = leader
+		if !leader {
+			continue
+		}
+		ids := m.track.expired()
+		if len(ids) == 0 {
+			continue
+		}
+		// Confirm leadership with a quorum before ending sessions: a
+		// deposed leader must not expire a session its successor keeps.
+		if err := m.raft.VerifyLeader().Error(); err != nil {
+			for _, id := range ids {
+				m.track.unmarkExpiring(id)
+			}
+			continue
+		}
+		for _, id := range ids {
+			if !m.track.stillExpired(id) {
+				continue
+			}
+			m.log.Info("session expired", "session", fmt.Sprintf("0x%x", id))
+			m.tr.Go(func() {
+				txn := &tree.Txn{Kind: tree.TxnCloseSession, Session: id}
+				if _, err := m.proposeLocal(txn); err != nil {
+					m.track.unmarkExpiring(id)
+				}
+			})
+		}
+	}
+}
+
+// touchAll records liveness of sessions as the leader and returns those it
+// does not consider alive.
+func (m *Member) touchAll(ids []int64) []int64 {
+	var dead []int64
+	for _, id := range ids {
+		if !m.track.touch(id) {
+			dead = append(dead, id)
+		}
+	}
+	return dead
+}
+
+// noteLive records that a client's session was heard from now and returns
+// the relay generation a reply must wait for (0: no wait, this member
+// leads and recorded it itself). A session the leader holds dead goes
+// through the relay too, whose wait then reports it gone.
+func (m *Member) noteLive(id int64) uint64 {
+	if m.IsLeader() && m.track.touch(id) {
+		return 0
+	}
+	return m.relay.note(id)
+}
+
+// waitLive waits until the leader acknowledged liveness generation gen,
+// and fails with errSessionGone if it holds session id dead.
+func (m *Member) waitLive(ctx context.Context, gen uint64, id int64) error {
+	return m.relay.wait(ctx, gen, id)
 }

@@ -4,29 +4,54 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/coordrun/coordrun/ensemble/wire"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
-// serverStats are the counters behind the four-letter words.
-type serverStats struct {
-	received    atomic.Int64
-	sent        atomic.Int64
-	connections atomic.Int64
-	reads       atomic.Int64
-	writes      atomic.Int64
-	// notifications counts watch events sent to clients; the herd
-	// effect of a lock recipe shows here.
-	notifications atomic.Int64
+// requestStats observes the request path. It is the one record of what
+// clients sent and got: the four-letter words (srvr, stat, mntr) and the
+// Prometheus metrics (metrics.go) both read it, and the connections update
+// it as requests happen.
+//
+// Safe for concurrent use.
+type requestStats struct {
+	received      atomic.Int64 // requests read
+	sent          atomic.Int64 // frames written: replies and notifications
+	connections   atomic.Int64 // client connections open
+	outstanding   atomic.Int64 // requests read but not yet answered
+	notifications atomic.Int64 // watch events queued; the herd effect of a lock recipe shows here
+	bytesIn       atomic.Int64 // client connections, framing included
+	bytesOut      atomic.Int64
 
+	// The latency of answered requests: min, sum and max for the
+	// four-letter words (srst resets them), and a histogram by opcode for
+	// Prometheus (which never resets).
 	latMu    sync.Mutex
 	latMin   time.Duration
 	latMax   time.Duration
 	latSum   time.Duration
 	latCount int64
+	latency  *prometheus.HistogramVec
+	byOp     sync.Map // opcode → prometheus.Observer, resolved once per op
 }
 
-func (s *serverStats) observe(d time.Duration) {
+// Buckets span a local read (tens of µs) to a write stuck behind an
+// election (seconds).
+var requestBuckets = []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10}
+
+func newRequestStats() *requestStats {
+	return &requestStats{latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "coordrun_request_duration_seconds",
+		Help:    "Time from reading a client request to queueing its reply, by ZooKeeper op.",
+		Buckets: requestBuckets,
+	}, []string{"op"})}
+}
+
+// observe records one answered request: its opcode and the time from
+// reading it to queueing its reply.
+func (s *requestStats) observe(op int32, d time.Duration) {
 	s.latMu.Lock()
-	defer s.latMu.Unlock()
 	if s.latCount == 0 || d < s.latMin {
 		s.latMin = d
 	}
@@ -35,10 +60,16 @@ func (s *serverStats) observe(d time.Duration) {
 	}
 	s.latSum += d
 	s.latCount++
+	s.latMu.Unlock()
+	o, ok := s.byOp.Load(op)
+	if !ok {
+		o, _ = s.byOp.LoadOrStore(op, s.latency.WithLabelValues(wire.OpName(op)))
+	}
+	o.(prometheus.Observer).Observe(d.Seconds())
 }
 
-// latency returns min/avg/max in milliseconds, as ZooKeeper reports them.
-func (s *serverStats) latency() (min, avg, max float64) {
+// latencyMs returns min/avg/max in milliseconds, as ZooKeeper reports them.
+func (s *requestStats) latencyMs() (min, avg, max float64) {
 	s.latMu.Lock()
 	defer s.latMu.Unlock()
 	if s.latCount == 0 {
@@ -48,7 +79,9 @@ func (s *serverStats) latency() (min, avg, max float64) {
 	return ms(s.latMin), ms(s.latSum) / float64(s.latCount), ms(s.latMax)
 }
 
-func (s *serverStats) reset() {
+// reset is srst: the packet counts and latencies the four-letter words
+// show start again. Prometheus counters never go back.
+func (s *requestStats) reset() {
 	s.latMu.Lock()
 	s.latMin, s.latMax, s.latSum, s.latCount = 0, 0, 0, 0
 	s.latMu.Unlock()

@@ -37,17 +37,17 @@ const tlsHandshakeTimeout = 10 * time.Second
 func (c *Config) checkTLS() error {
 	if t := c.ClientTLS; t != nil {
 		if len(t.Certificates) == 0 && t.GetCertificate == nil && t.GetConfigForClient == nil {
-			return errors.New("client TLS needs the member's certificate")
+			return configError("ClientTLS", "client TLS needs the member's certificate")
 		}
 	}
 	if t := c.PeerTLS; t != nil {
 		if len(t.Certificates) == 0 && (t.GetCertificate == nil || t.GetClientCertificate == nil) {
-			return errors.New("peer TLS needs the member's certificate")
+			return configError("PeerTLS", "peer TLS needs the member's certificate")
 		}
 		// Without a CA, dialing would trust the system roots: any
 		// certificate a public CA issued for the address would pass.
 		if t.RootCAs == nil {
-			return errors.New("peer TLS needs the peer CA (RootCAs)")
+			return configError("PeerTLS", "peer TLS needs the peer CA (RootCAs)")
 		}
 	}
 	return nil

@@ -277,7 +277,7 @@ func plainWord(t *testing.T, addr, word string) []byte {
 // with pt; its own listener refuses everything.
 func peerTransport(t *testing.T, pt *peerTLS) *raft.NetworkTransport {
 	t.Helper()
-	mux := newPeerMux(testkit.Listen(t), func(c net.Conn) { c.Close() }, slog.New(slog.DiscardHandler))
+	mux := newPeerMux(nil, testkit.Listen(t), func(c net.Conn) { c.Close() }, slog.New(slog.DiscardHandler))
 	mux.tls = pt
 	trans := raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
 		Stream:  mux,
@@ -291,7 +291,7 @@ func peerTransport(t *testing.T, pt *peerTLS) *raft.NetworkTransport {
 
 // peerStatus makes one status member RPC to addr, dialing with pt.
 func peerStatus(addr string, pt *peerTLS) (string, error) {
-	rc, err := dialRPC(addr, 2*time.Second, pt)
+	rc, err := dialRPC(nil, addr, 2*time.Second, pt)
 	if err != nil {
 		return "", err
 	}

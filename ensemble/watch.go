@@ -6,17 +6,20 @@ import (
 
 	"github.com/coordrun/coordrun/ensemble/tree"
 	"github.com/coordrun/coordrun/ensemble/wire"
+	"github.com/coordrun/coordrun/ensemble/zk"
 )
 
-type watchKind uint8
+// watchKind is the kind of a watch; package zk decides which kinds a
+// request sets and an event fires.
+type watchKind = zk.WatchKind
 
 const (
-	watchData       watchKind = iota // getData, or exists on a node that exists
-	watchExist                       // exists on a node that does not exist
-	watchChild                       // getChildren
-	watchPersistent                  // addWatch PERSISTENT
-	watchRecursive                   // addWatch PERSISTENT_RECURSIVE
-	numWatchKinds
+	watchData       = zk.WatchData
+	watchExist      = zk.WatchExist
+	watchChild      = zk.WatchChild
+	watchPersistent = zk.WatchPersistent
+	watchRecursive  = zk.WatchRecursive
+	numWatchKinds   = zk.NumWatchKinds
 )
 
 // watcher receives notifications; a client connection.
@@ -153,18 +156,8 @@ func (w *watchManager) count() int {
 // and queued on every connection as the same frame: fan-out allocates
 // nothing per watcher.
 func (w *watchManager) trigger(ev tree.Event, zxid int64) {
-	var typ int32
-	var kinds []watchKind
-	switch ev.Type {
-	case tree.EventCreated:
-		typ, kinds = wire.EventNodeCreated, oneShotData
-	case tree.EventDeleted:
-		typ, kinds = wire.EventNodeDeleted, oneShotAll
-	case tree.EventDataChanged:
-		typ, kinds = wire.EventNodeDataChanged, oneShotData
-	case tree.EventChildrenChanged:
-		typ, kinds = wire.EventNodeChildrenChanged, oneShotChild
-	default:
+	typ, kinds, recursive, ok := zk.Fires(ev.Type)
+	if !ok {
 		return
 	}
 	open := tree.Permitted(ev.ACL, tree.PermRead, nil)
@@ -176,13 +169,11 @@ func (w *watchManager) trigger(ev tree.Event, zxid int64) {
 			sets = append(sets, s)
 		}
 	}
-	// Persistent watches stay. A recursive one sees every change below
-	// its path except child-list changes, which its creation and deletion
-	// events already describe.
+	// Persistent and recursive watches stay.
 	if s := w.byKind[watchPersistent][ev.Path]; len(s) > 0 {
 		sets = append(sets, s)
 	}
-	if ev.Type != tree.EventChildrenChanged && len(w.byKind[watchRecursive]) > 0 {
+	if recursive && len(w.byKind[watchRecursive]) > 0 {
 		for p := ev.Path; ; p = parentPath(p) {
 			if s := w.byKind[watchRecursive][p]; len(s) > 0 {
 				sets = append(sets, s)
@@ -205,7 +196,7 @@ func (w *watchManager) trigger(ev tree.Event, zxid int64) {
 				continue
 			}
 			if frame == nil {
-				frame = notificationFrame(wire.WatcherEvent{Type: typ, State: wire.StateSyncConnected, Path: ev.Path}, zxid)
+				frame = zk.NotificationFrame(wire.WatcherEvent{Type: typ, State: wire.StateSyncConnected, Path: ev.Path}, zxid)
 			}
 			o.notifyFrame(frame)
 		}
@@ -217,22 +208,6 @@ func (w *watchManager) trigger(ev tree.Event, zxid int64) {
 	}
 	clear(sets) // no references to sets that may be dropped
 	w.sets = sets[:0]
-}
-
-// The one-shot watch kinds each event type fires.
-var (
-	oneShotData  = []watchKind{watchData, watchExist}
-	oneShotAll   = []watchKind{watchData, watchExist, watchChild}
-	oneShotChild = []watchKind{watchChild}
-)
-
-// notificationFrame encodes a watch notification.
-func notificationFrame(ev wire.WatcherEvent, zxid int64) []byte {
-	// Length, reply header (xid, zxid, err), type, state, path.
-	e := wire.NewFrameEncoder(make([]byte, 0, 4+16+12+len(ev.Path)))
-	(&wire.ReplyHeader{Xid: wire.XidNotification, Zxid: zxid}).Encode(e)
-	ev.Encode(e)
-	return e.Frame()
 }
 
 func parentPath(p string) string {

@@ -1,0 +1,84 @@
+package ensemble
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/coordrun/coordrun/ensemble/tree"
+	"github.com/hashicorp/raft"
+)
+
+// Backups: a snapshot of the tree streamed to an operator, and a new data
+// dir seeded from one. Saving is administrative like a membership change
+// (see adminAllowed): a snapshot holds every znode regardless of ACLs.
+
+// snapshotWord is coordrun's own four-letter word that streams a snapshot
+// of the tree: the applied zxid (8 bytes) followed by the tree's snapshot
+// format. `coordrun ensemble snapshot save` reads it.
+const snapshotWord = "snap"
+
+// The snapshot includes every write committed before the request (the
+// member first catches up as for a sync), so saving from a follower
+// misses nothing acknowledged.
+func (m *Member) streamSnapshot(w io.Writer) error {
+	ctx, cancel := context.WithTimeout(m.ctx, 30*time.Second)
+	defer cancel()
+	idx, err := m.readIndex(ctx)
+	if err == nil {
+		err = m.fsm.waitApplied(ctx, idx)
+	}
+	if err != nil {
+		_, _ = fmt.Fprintf(w, "error: cannot catch up with the leader: %v\n", err)
+		return err
+	}
+	s := m.fsm.clone()
+	if _, err := w.Write(s.hdr[:]); err != nil {
+		return err
+	}
+	return s.tree.WriteSnapshot(w)
+}
+
+// ReadBackup reads a snapshot saved by `coordrun ensemble snapshot save`,
+// checking it whole, and returns its zxid and tree.
+func ReadBackup(r io.Reader) (int64, *tree.Tree, error) {
+	var hdr [8]byte
+	if _, err := io.ReadFull(r, hdr[:]); err != nil {
+		return 0, nil, fmt.Errorf("backup header: %w", err)
+	}
+	t, err := tree.ReadSnapshot(r)
+	if err != nil {
+		return 0, nil, fmt.Errorf("backup: %w", err)
+	}
+	return int64(binary.BigEndian.Uint64(hdr[:])), t, nil
+}
+
+// seedFromBackup writes a backup into a new data dir's snapshot store as
+// the raft snapshot to start from, with the initial members as its
+// configuration. Raft then starts from it instead of bootstrapping, on
+// every member seeded from the same file alike. Its index is the backup's
+// zxid, so zxids (and fencing tokens) keep rising past the backup's.
+func seedFromBackup(file string, snaps raft.SnapshotStore, trans raft.Transport, peers []Peer) error {
+	f, err := openBackup(file)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	zxid, t, err := ReadBackup(f)
+	if err != nil {
+		return err
+	}
+	index := uint64(max(zxid, 1))
+	sink, err := snaps.Create(1, index, 1, raft.Configuration{Servers: voters(peers)}, index, trans)
+	if err != nil {
+		return err
+	}
+	s := &fsmSnapshot{tree: t}
+	binary.BigEndian.PutUint64(s.hdr[:], uint64(zxid))
+	return s.Persist(sink)
+}
+
+func openBackup(file string) (io.ReadCloser, error) { return os.Open(file) }

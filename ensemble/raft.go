@@ -1,0 +1,255 @@
+package ensemble
+
+import (
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"path/filepath"
+	"time"
+
+	"github.com/coordrun/coordrun/ensemble/tree"
+	"github.com/coordrun/coordrun/ensemble/zk"
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
+	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+	"go.etcd.io/bbolt"
+)
+
+// The member's raft wiring: the peer port, the transport with its commit
+// pusher, the bolt store and file snapshots, the FSM's callbacks, and
+// proposing as the leader.
+
+// logCacheSize is how many recent log entries stay in memory for
+// replication: a few batches of MaxAppendEntries.
+const logCacheSize = 2048
+
+func (m *Member) startRaft() error {
+	cfg := m.cfg
+	ln := cfg.PeerListener
+	if ln == nil {
+		var err error
+		if ln, err = net.Listen("tcp", cfg.PeerAddr); err != nil {
+			return fmt.Errorf("peer listener: %w", err)
+		}
+	}
+	pt := newPeerTLS(cfg.PeerTLS)
+	m.mux = newPeerMux(&m.tr, pt.listener(ln, m.log), m.servePeer, m.log)
+	m.mux.tls, m.pool.tls, m.pool.tr = pt, pt, &m.tr
+	if len(cfg.Peers) == 0 {
+		// A single member: it advertises where it actually listens.
+		m.cfg.Peers = []Peer{{ID: cfg.ID, Addr: ln.Addr().String()}}
+		cfg.Peers = m.cfg.Peers
+	}
+	adv, err := net.ResolveTCPAddr("tcp", cfg.advertised())
+	if err != nil {
+		return fmt.Errorf("peer address %q: %w", cfg.advertised(), err)
+	}
+	m.mux.adv = adv
+	hlog := hclog.New(&hclog.LoggerOptions{Name: "raft", Level: hclog.Warn, Output: slogWriter{m.log}})
+	m.trans = raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
+		Stream:  m.mux,
+		MaxPool: 4,
+		Timeout: 5 * time.Second,
+		Logger:  hlog,
+	})
+	// bbolt locks its file; without a timeout a second member pointed at
+	// the same data dir would wait for that lock forever.
+	store, err := raftboltdb.New(raftboltdb.Options{
+		Path:        filepath.Join(cfg.DataDir, "raft.db"),
+		BoltOptions: &bbolt.Options{Timeout: 2 * time.Second},
+	})
+	if errors.Is(err, bbolt.ErrTimeout) {
+		return configError("DataDir", "data dir %s is in use by another process", cfg.DataDir)
+	}
+	if err != nil {
+		return fmt.Errorf("raft store: %w", err)
+	}
+	m.store = store
+	snaps, err := raft.NewFileSnapshotStoreWithLogger(cfg.DataDir, 2, hlog)
+	if err != nil {
+		return fmt.Errorf("snapshot store: %w", err)
+	}
+	rc := raftConfig(cfg, hlog)
+	existing, err := raft.HasExistingState(store, store, snaps)
+	if err != nil {
+		return err
+	}
+	switch {
+	case existing && cfg.Restore != "":
+		return configError("Restore", "--restore needs an empty data dir; %s holds a member's state already", cfg.DataDir)
+	case !existing && cfg.Restore != "":
+		if err := seedFromBackup(cfg.Restore, snaps, m.trans, cfg.Peers); err != nil {
+			return configError("Restore", "restore %s: %w", cfg.Restore, err)
+		}
+	case !existing && !cfg.Join:
+		if err := raft.BootstrapCluster(rc, store, store, snaps, m.trans, raft.Configuration{Servers: voters(cfg.Peers)}); err != nil {
+			return fmt.Errorf("bootstrap: %w", err)
+		}
+	}
+	m.push = newCommitPusher(&m.tr, m.trans)
+	m.fsm.afterBatch = m.push.applied
+	// The leader reads back every entry it replicates; from bolt that is
+	// a read transaction and a msgpack decode per entry, most of its CPU
+	// under load. Recent entries are kept in memory instead.
+	logs, err := raft.NewLogCache(logCacheSize, m.metrics.timeLogStore(store))
+	if err != nil {
+		return fmt.Errorf("raft log cache: %w", err)
+	}
+	r, err := raft.NewRaft(rc, m.fsm, logs, store, snaps, &pushTransport{NetworkTransport: m.trans, push: m.push})
+	if err != nil {
+		return fmt.Errorf("raft: %w", err)
+	}
+	m.raft = r
+	m.push.raft.Store(r)
+	return nil
+}
+
+// raftConfig is hashicorp/raft's configuration for the member.
+func raftConfig(cfg Config, hlog hclog.Logger) *raft.Config {
+	rc := raft.DefaultConfig()
+	rc.LocalID = raft.ServerID(cfg.ID)
+	rc.Logger = hlog
+	rc.HeartbeatTimeout = cfg.HeartbeatTimeout
+	rc.ElectionTimeout = cfg.ElectionTimeout
+	// The leader steps down once it has not heard from a quorum for this
+	// long. Keeping it below the heartbeat timeout means a deposed leader
+	// stops acting (extending leases, expiring sessions) before followers
+	// can elect its successor.
+	rc.LeaderLeaseTimeout = cfg.HeartbeatTimeout / 2
+	// With nothing to replicate, raft tells followers the commit index
+	// after this long (raft's default); the commit pusher normally has
+	// already, so this is only the fallback.
+	rc.CommitTimeout = 50 * time.Millisecond
+	if cfg.commitTimeout > 0 {
+		rc.CommitTimeout = cfg.commitTimeout
+	}
+	rc.MaxAppendEntries = 512
+	rc.BatchApplyCh = true
+	rc.SnapshotThreshold = cfg.SnapshotThreshold
+	rc.SnapshotInterval = cfg.SnapshotInterval
+	rc.TrailingLogs = 4096
+	rc.NoLegacyTelemetry = true
+	return rc
+}
+
+// voters is the raft configuration of the initial members.
+func voters(peers []Peer) []raft.Server {
+	servers := make([]raft.Server, 0, len(peers))
+	for _, p := range peers {
+		servers = append(servers, raft.Server{Suffrage: raft.Voter, ID: raft.ServerID(p.ID), Address: raft.ServerAddress(p.Addr)})
+	}
+	return servers
+}
+
+func (m *Member) closeRaft() error {
+	var err error
+	if m.raft != nil {
+		err = m.raft.Shutdown().Error()
+	}
+	m.pool.closeAll()
+	if m.push != nil {
+		m.push.close()
+	}
+	if m.trans != nil {
+		m.trans.Close()
+	}
+	if m.mux != nil {
+		m.mux.Close()
+	}
+	if m.store != nil {
+		if cerr := m.store.Close(); err == nil {
+			err = cerr
+		}
+	}
+	return err
+}
+
+// afterApply runs under the FSM's write lock for every committed txn.
+func (m *Member) afterApply(txn *tree.Txn, res *tree.Result, zxid int64) {
+	for _, ev := range res.Events {
+		m.watch.trigger(ev, zxid)
+	}
+	switch txn.Kind {
+	case tree.TxnCreateSession:
+		if res.Err == nil {
+			m.track.add(res.SessionID, time.Duration(txn.Timeout)*time.Millisecond)
+		}
+	case tree.TxnCloseSession:
+		m.track.remove(txn.Session)
+		if c := m.clients.bySession(txn.Session); c != nil && !c.selfClose.Load() {
+			c.sessionEnded()
+		}
+	}
+}
+
+// afterRestore runs under the FSM's write lock once a snapshot replaced
+// the tree with t.
+func (m *Member) afterRestore(t *tree.Tree) {
+	ids := map[int64]time.Duration{}
+	for _, s := range t.Sessions() {
+		ids[s.ID] = time.Duration(s.Timeout) * time.Millisecond
+	}
+	m.track.reset(ids)
+}
+
+// stamp fills in what only the leader decides: the time and, for a new
+// session, its password.
+func stamp(txn *tree.Txn) {
+	txn.Time = time.Now().UnixMilli()
+	if txn.Kind == tree.TxnCreateSession && len(txn.Password) == 0 {
+		txn.Password = make([]byte, 16)
+		_, _ = rand.Read(txn.Password)
+	}
+}
+
+// proposeLocal proposes on this member as leader and waits.
+func (m *Member) proposeLocal(txn *tree.Txn) (proposal, error) {
+	f, err := m.applyAsLeader(txn)
+	if err != nil {
+		return proposal{}, err
+	}
+	return waitApply(f)
+}
+
+func (m *Member) applyAsLeader(txn *tree.Txn) (raft.ApplyFuture, error) {
+	stamp(txn)
+	data, err := txn.MarshalBinary()
+	if err != nil {
+		return nil, err
+	}
+	return m.raft.Apply(data, 0), nil
+}
+
+func waitApply(f raft.ApplyFuture) (proposal, error) {
+	if err := f.Error(); err != nil {
+		if errors.Is(err, raft.ErrNotLeader) {
+			return proposal{}, ErrNoLeader
+		}
+		return proposal{}, fmt.Errorf("%w: %v", ErrUncertain, err)
+	}
+	ar, ok := f.Response().(applyResult)
+	if !ok {
+		return proposal{}, fmt.Errorf("%w: no result", ErrUncertain)
+	}
+	if ar.err != nil {
+		return proposal{}, ar.err
+	}
+	return proposal{index: ar.zxid, out: zk.OutcomeOf(&ar.res)}, nil
+}
+
+// slogWriter carries raft's hclog output into the member's slog logger.
+type slogWriter struct{ log *slog.Logger }
+
+func (w slogWriter) Write(p []byte) (int, error) {
+	w.log.Warn(string(trimNewline(p)))
+	return len(p), nil
+}
+
+func trimNewline(p []byte) []byte {
+	for len(p) > 0 && (p[len(p)-1] == '\n' || p[len(p)-1] == '\r') {
+		p = p[:len(p)-1]
+	}
+	return p
+}
