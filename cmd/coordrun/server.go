@@ -129,15 +129,6 @@ func runServer(cmd *cobra.Command, _ []string) error {
 			return usageError{fmt.Errorf("--dev runs a single member; drop --peers")}
 		}
 	}
-	if cfg.ID == "" {
-		return usageError{fmt.Errorf("--id is required (or --dev)")}
-	}
-	if cfg.DataDir == "" {
-		return usageError{fmt.Errorf("--data-dir is required (or --dev)")}
-	}
-	if cfg.PeerAddr == "" {
-		return usageError{fmt.Errorf("--peer-addr is required (or --dev)")}
-	}
 	if cfg.ClientTLS, cfg.PeerTLS, err = serverTLS(v); err != nil {
 		return err
 	}
@@ -146,7 +137,7 @@ func runServer(cmd *cobra.Command, _ []string) error {
 	}
 	m, err := ensemble.Start(cfg)
 	if errors.Is(err, ensemble.ErrConfig) {
-		return usageError{err}
+		return usageError{flagError(err)}
 	}
 	if err != nil {
 		return err
@@ -157,4 +148,19 @@ func runServer(cmd *cobra.Command, _ []string) error {
 	sd.stopping()
 	log.Info("shutting down")
 	return m.Close()
+}
+
+// requiredFlags are the flags of the member settings without a default.
+var requiredFlags = map[string]string{"ID": "--id", "DataDir": "--data-dir", "PeerAddr": "--peer-addr"}
+
+// flagError says a member configuration error in the terms of the flags:
+// the member checks its configuration, the command names the flag.
+func flagError(err error) error {
+	var ce *ensemble.ConfigError
+	if errors.As(err, &ce) && errors.Is(err, ensemble.ErrRequired) {
+		if flag, ok := requiredFlags[ce.Field]; ok {
+			return fmt.Errorf("%s is required (or --dev)", flag)
+		}
+	}
+	return err
 }
