@@ -179,4 +179,3 @@ func portOf(addr string) int {
 	n, _ := strconv.Atoi(p)
 	return n
 }
-
