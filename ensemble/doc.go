@@ -5,5 +5,125 @@
 // snapshots), the FSM adapter over ensemble/tree, the ZooKeeper client
 // listener, the watch manager, and — while it leads — the session tracker
 // that alone expires sessions. Followers forward writes to the leader and
-// relay session liveness to it.
+// relay session liveness to it. What a ZooKeeper request means is package
+// ensemble/zk's; this package moves requests, replies and transactions
+// between sockets, raft and the tree.
+//
+// # Files
+//
+//	member.go      Member: Start, Close and every exported method
+//	raft.go        raft wiring, the FSM's callbacks, proposing as leader
+//	fsm.go         the raft FSM over the tree; view is the only way in
+//	leader.go      leaderCall, where leader-only requests run; the peer handlers
+//	clients.go     the client port: accept, four-letter words, the connection set
+//	handshake.go   a connection's session handshake
+//	conn.go        a connection: reader, sequencer, writer
+//	watch.go       the watch manager
+//	session.go     session deadlines, the liveness relay, expiry
+//	peer.go        the peer port, split between raft and member RPCs
+//	rpc.go         member RPC frames, codes, serving and calling, the pool
+//	commitpush.go  telling followers of commits without waiting for raft's timer
+//	stats.go       requestStats, the one observer of the request path
+//	metrics.go     Prometheus, read from requestStats and the member's getters
+//	fourletter.go  the four-letter words; status.go the status report
+//	membership.go  membership changes; backup.go snapshots to and from files
+//	admin.go       the admin HTTP listener
+//	goroutines.go  the tracker every goroutine starts through; kick, broadcast
+//	config.go, tls.go, certid.go   configuration, TLS, certificate identities
+//
+// # A request's path
+//
+// A client connects: acceptClients (clients.go) hands the socket to
+// serveClient, which answers a four-letter word (fourLetter) or a snapshot
+// (streamSnapshot) and closes, or reads the connect frame and runs
+// connEnv.handshake (handshake.go). That creates the session through
+// submit (a TxnCreateSession, like any write below) or looks it up in a
+// view, registers the connection (clientSet.register), waits for the
+// leader to acknowledge the session's liveness (noteLive, waitLive) and
+// queues the connect reply. conn.run then starts the writer and the
+// sequencer and becomes the reader.
+//
+// The reader (conn.readLoop) reads a frame (wire.ReadFrame), notes the
+// session live (noteLive: the leader records it at once, a follower
+// through the livenessRelay) and starts the request (conn.start): it
+// decodes it (zk.Decode) and, by its zk.Kind, begins it:
+//
+//   - a write: conn.startWrite plans it (zk.PlanWrite: validation, then a
+//     tree.Txn, or an early answer) and hands the txn to submit
+//     (leader.go) at once, so a connection's writes pipeline. submit runs
+//     leaderCall: on the leader applyAsLeader stamps the txn and calls
+//     raft.Apply; on a follower the txn goes to the leader as an
+//     rpcPropose call (peerPool.get, rpcConn.start in rpc.go), where
+//     peerMux.route and servePeer dispatch it by the peerHandlers table to
+//     servePropose, which calls applyAsLeader on the read loop, in order.
+//   - a read: its slot keeps the request and the identities it was read
+//     with; it runs later, on the sequencer.
+//   - ping, auth (zk.Auth), closeSession, sync, reconfig and unknown
+//     opcodes get a slot that builds their reply.
+//
+// The slot goes to the sequencer's queue (maxPipelined deep; the reader
+// stops when it is full).
+//
+// Raft commits the entry and calls fsm.ApplyBatch on every member, which
+// applies it to the tree (tree.Apply) under the write lock and calls
+// Member.afterApply (raft.go): watchManager.trigger fires the watches the
+// change events concern (zk.Fires; the READ check against each
+// connection's identities; zk.NotificationFrame) and queues the
+// notifications on their connections (conn.notifyFrame, push) before any
+// later read can see the change; a session's end closes its connection.
+//
+// The sequencer (conn.sequence, conn.deliver) finishes slots strictly in
+// request order. A read first waits until this member applied the
+// session's own last write (waitApplied); a request whose liveness went
+// through the relay waits for the leader's acknowledgement of it
+// (waitLive), so that its reply is a lease proof. A read then runs in a
+// view of the tree (fsm.view, conn.runCurrent): zk.Read returns the reply
+// frame, the watches to register and the notifications setWatches sends
+// at once, which runRead acts on before the reply is queued, all within
+// the view. A write's slot waits for its outcome (waitApply on the leader,
+// the rpcPropose reply, decodeProposeReply, on a follower), for its apply
+// here when the connection has watches, and builds the reply from the
+// outcome (zk.Plan.Reply). conn.reply raises the reply's zxid to the
+// session's last write (wire.PatchReplyZxid), queues it (conn.push, which
+// closes a connection whose queue exceeds maxQueuedReplyBytes) and
+// records it (requestStats.observe). The writer (conn.writeLoop) sends
+// whatever is queued, notifications and replies in queue order.
+//
+// # Goroutines
+//
+// Every goroutine of a member is started through its tracker (m.tr), and
+// Close returns only once all have ended. Close ends their reasons to run:
+// it cancels the member's context, closes the client listener, every
+// client connection (accepted or established) and the admin listener,
+// shuts raft down (closeRaft) and closes the peer pool, the commit pusher,
+// the transport and the peer mux with its connections.
+//
+//   - acceptClients: one per member, until the client listener closes.
+//   - serveClient: one per accepted client connection; it runs the
+//     handshake and then is the connection's reader.
+//   - conn.writeLoop and conn.sequence: two per established connection,
+//     joined by conn.run.
+//   - expireLoop: one per member; while leading, it expires sessions past
+//     their deadline after raft's VerifyLeader, proposing each expiry on
+//     a goroutine of its own.
+//   - livenessRelay.run: one per member; it sends batches of live sessions
+//     to the leader (sendTouch), one batch in flight.
+//   - peerMux.serve: one per member, accepting on the peer port; route, one
+//     per accepted peer connection, reads its first byte and hands it to
+//     raft or becomes servePeer's read loop for member RPCs.
+//   - serveRPC's finishers: one per member RPC served, awaiting its answer.
+//   - frameWriter: one per member RPC connection, on either side, sending
+//     queued frames in batches; rpcConn.readLoop: one per connection this
+//     member dialed, handing replies to their calls.
+//   - commitPusher.run: on the leader, one per follower, pushing the commit
+//     index; pushPipeline.forward: one per raft replication pipeline,
+//     noting follower progress.
+//   - ensembleStatus: one per member of the configuration while a status
+//     is gathered.
+//   - Live: one per health check, taking a view of the state machine.
+//   - the admin HTTP server's Serve, when Config.AdminAddr is set.
+//
+// Raft runs goroutines of its own (and joins them in Shutdown), as does
+// net/http for admin requests. The TLS handshake of an accepted connection
+// (tls.go) runs on its first read, on the goroutine serving it.
 package ensemble
