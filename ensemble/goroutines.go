@@ -1,14 +1,22 @@
 package ensemble
 
-import "sync"
+import (
+	"sync"
+	"sync/atomic"
+)
 
 // tracker starts a member's goroutines and waits for them, as
 // hashicorp/raft's goFunc does: every goroutine of the member is started
 // through one tracker, and Close returns only once all of them have ended.
+// Unlike a WaitGroup's, its Wait may overlap with Go (a health check
+// arriving while the member closes): Wait returns once none runs.
 //
 // A nil tracker starts goroutines untracked, for the pieces (a peer mux, a
 // frame writer) that tests use on their own, with no member to wait.
-type tracker struct{ wg sync.WaitGroup }
+type tracker struct {
+	running atomic.Int64
+	idle    broadcast // notified when running drops to zero
+}
 
 // Go runs f on a new goroutine.
 func (t *tracker) Go(f func()) {
@@ -16,15 +24,31 @@ func (t *tracker) Go(f func()) {
 		go f()
 		return
 	}
-	t.wg.Add(1)
+	t.running.Add(1)
 	go func() {
-		defer t.wg.Done()
+		defer t.done()
 		f()
 	}()
 }
 
-// Wait blocks until every goroutine started so far has returned.
-func (t *tracker) Wait() { t.wg.Wait() }
+func (t *tracker) done() {
+	if t.running.Add(-1) == 0 {
+		t.idle.notify()
+	}
+}
+
+// Wait blocks until no goroutine started through t runs.
+func (t *tracker) Wait() {
+	for {
+		// The channel first: a goroutine ending between the check and
+		// the wait notifies it.
+		ch := t.idle.wait()
+		if t.running.Load() == 0 {
+			return
+		}
+		<-ch
+	}
+}
 
 // kick wakes the goroutine that waits on ch, a channel of capacity one,
 // without blocking: a wake-up already pending covers this one too.
