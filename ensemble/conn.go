@@ -122,19 +122,24 @@ type conn struct {
 	selfClose atomic.Bool
 }
 
-// slot is one request awaiting its reply, finished by the sequencer.
+// slot is one request awaiting its reply, finished by the sequencer. A
+// connection's queue holds maxPipelined of them, so they stay small.
 type slot struct {
 	// read is a read request, run against the tree in a view once the
-	// session's earlier writes are applied here; auth is the identities
-	// it was read with. Other requests have finish, which gives the
-	// reply frame, or nil for none.
-	read       *zk.Request
-	auth       []tree.Identity
+	// session's earlier writes are applied here. Other requests have
+	// finish, which gives the reply frame, or nil for none.
+	read       *readRequest
 	finish     func() []byte
 	arrived    time.Time
-	op         int32  // request opcode, for the latency metric
 	gen        uint64 // liveness generation the reply waits for
+	op         int32  // request opcode, for the latency metric
 	closeAfter bool
+}
+
+// readRequest is a read and the identities it was read with.
+type readRequest struct {
+	req  zk.Request
+	auth []tree.Identity
 }
 
 func newConn(env *connEnv, nc net.Conn, session int64, timeout time.Duration) *conn {
@@ -361,8 +366,8 @@ func (c *conn) start(hdr wire.RequestHeader, d *wire.Decoder) (slot, error) {
 			return zk.ReconfigReply(xid, c.zxid(), config)
 		}}, nil
 	case zk.KindRead:
-		r := req // only reads keep their request: writes are planned here
-		return slot{read: &r, auth: c.auth}, nil
+		// Only reads keep their request: writes are planned here.
+		return slot{read: &readRequest{req: req, auth: c.auth}}, nil
 	}
 	return slot{finish: func() []byte { return zk.ErrorReply(xid, h.lastZxid(), wire.ErrUnimplemented) }}, nil
 }
@@ -490,7 +495,7 @@ func (c *conn) runCurrent(t *tree.Tree, zxid int64) {
 // the watches it names.
 func (c *conn) runRead(t *tree.Tree, zxid int64, s *slot) []byte {
 	res := &c.read
-	zk.Read(t, zk.Session{ID: c.session, Auth: s.auth}, s.read, zxid, res)
+	zk.Read(t, zk.Session{ID: c.session, Auth: s.read.auth}, &s.read.req, zxid, res)
 	w := c.env.host.watches()
 	for _, reg := range res.Watches {
 		w.add(reg.Kind, reg.Path, c)

@@ -5,20 +5,20 @@ import "github.com/coordrun/coordrun/ensemble/wire"
 // Request is one decoded client request. Which fields are set depends on Op,
 // as the comments say; the others are zero.
 type Request struct {
-	Xid int32
-	Op  int32
+	Xid     int32
+	Op      int32
+	Flags   int32 // create*: the create mode
+	Version int32 // delete, setData, setACL, check
+	// Mode: addWatch's watch mode; checkWatches' and removeWatches'
+	// watcher type.
+	Mode  int32
+	Watch bool // exists, getData, getChildren, getChildren2
 
 	// Path: every request on one node (multis aside), sync, addWatch,
 	// checkWatches and removeWatches included.
-	Path    string
-	Watch   bool       // exists, getData, getChildren, getChildren2
-	Data    []byte     // create*, setData
-	ACL     []wire.ACL // create*, setACL
-	Flags   int32      // create*: the create mode
-	Version int32      // delete, setData, setACL, check
-	// Mode: addWatch's watch mode; checkWatches' and removeWatches'
-	// watcher type.
-	Mode int32
+	Path string
+	Data []byte         // create*, setData
+	ACL  []wire.ACL     // create*, setACL
 	Ops  []wire.MultiOp // multi, multiRead
 
 	Auth     *wire.AuthPacket      // auth

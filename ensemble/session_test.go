@@ -1,0 +1,189 @@
+package ensemble
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+)
+
+// fakeClock is a clock the test moves.
+type fakeClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *fakeClock) advance(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	c.mu.Unlock()
+}
+
+// The tracker expires a session a full timeout after it was last heard
+// from, once; a touch while its expiry is under way does not revive it,
+// and a new leader's grace does.
+func TestSessionTracker(t *testing.T) {
+	clock := &fakeClock{now: time.Unix(1000, 0)}
+	tr := newSessionTracker(clock.Now)
+	tr.add(1, 4*time.Second)
+	tr.add(2, 10*time.Second)
+	if tr.count() != 2 || !tr.touch(1) || tr.touch(3) {
+		t.Fatal("a new session is not alive, or an unknown one is")
+	}
+
+	clock.advance(3 * time.Second)
+	tr.touch(1) // deadline 1007
+	clock.advance(2 * time.Second)
+	if ids := tr.expired(); len(ids) != 0 {
+		t.Fatalf("expired %v after 2s of a 4s timeout", ids)
+	}
+	clock.advance(3 * time.Second) // 1008
+	ids := tr.expired()
+	if !slices.Equal(ids, []int64{1}) {
+		t.Fatalf("expired %v, want [1]", ids)
+	}
+	if again := tr.expired(); len(again) != 0 {
+		t.Errorf("an expiry under way was reported again: %v", again)
+	}
+	if tr.touch(1) {
+		t.Error("a touch revived a session whose expiry is under way")
+	}
+	if !tr.stillExpired(1) {
+		t.Error("the session is no longer expired")
+	}
+	// The expiry failed (no quorum): the session is expired again at the
+	// next look.
+	tr.unmarkExpiring(1)
+	if ids := tr.expired(); !slices.Equal(ids, []int64{1}) {
+		t.Errorf("after a failed expiry: %v", ids)
+	}
+
+	// A new leader gives everyone a full timeout from now.
+	tr.refreshAll()
+	clock.advance(9 * time.Second)
+	if ids := tr.expired(); !slices.Equal(ids, []int64{1}) {
+		t.Errorf("after the grace: %v, want [1] (session 2 has 10s)", ids)
+	}
+	if !tr.touch(2) {
+		t.Error("session 2 is not alive")
+	}
+	// A touch between the expiry and its confirmation: not expired after
+	// all.
+	clock.advance(11 * time.Second)
+	if ids := tr.expired(); !slices.Contains(ids, 2) {
+		t.Fatalf("session 2 not expired: %v", ids)
+	}
+	tr.unmarkExpiring(2)
+	tr.touch(2)
+	if tr.stillExpired(2) {
+		t.Error("a session touched since is still expired")
+	}
+
+	tr.remove(1)
+	tr.reset(map[int64]time.Duration{7: time.Second})
+	if tr.count() != 1 || tr.touch(2) || !tr.touch(7) {
+		t.Errorf("after reset: %d sessions", tr.count())
+	}
+}
+
+// A waiter of a generation is released once a batch noting it reached the
+// leader, and only then; a failed batch goes out again with what was noted
+// since; a session the leader does not know is reported gone.
+func TestLivenessRelay(t *testing.T) {
+	type batch struct {
+		ids  []int64
+		done chan struct{}
+		fail bool
+	}
+	batches := make(chan *batch)
+	dead := map[int64]bool{9: true}
+	r := newLivenessRelay(func(ctx context.Context, ids []int64) ([]int64, error) {
+		b := &batch{ids: slices.Sorted(slices.Values(ids)), done: make(chan struct{})}
+		select {
+		case batches <- b:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		<-b.done
+		if b.fail {
+			return nil, errors.New("leader unreachable")
+		}
+		var out []int64
+		for _, id := range ids {
+			if dead[id] {
+				out = append(out, id)
+			}
+		}
+		return out, nil
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); r.run(ctx, time.Millisecond) }()
+	defer wg.Wait()
+	defer cancel()
+
+	waitErr := func(g uint64, id int64) chan error {
+		ch := make(chan error, 1)
+		go func() {
+			wctx, wcancel := context.WithTimeout(ctx, 10*time.Second)
+			defer wcancel()
+			ch <- r.wait(wctx, g, id)
+		}()
+		return ch
+	}
+	g1 := r.note(1)
+	r.note(1)
+	w1 := waitErr(g1, 1)
+	b := <-batches
+	if !slices.Equal(b.ids, []int64{1}) {
+		t.Fatalf("first batch %v, want [1] once", b.ids)
+	}
+	// Noted while the batch is in flight: the next generation.
+	g2 := r.note(2)
+	if g2 <= g1 {
+		t.Fatalf("generation %d while %d is in flight", g2, g1)
+	}
+	w2 := waitErr(g2, 2)
+	select {
+	case err := <-w1:
+		t.Fatalf("released before the leader answered: %v", err)
+	default:
+	}
+	b.fail = true
+	close(b.done)
+	// The failed batch's session goes out again with the new one.
+	b = <-batches
+	if !slices.Equal(b.ids, []int64{1, 2}) {
+		t.Fatalf("retried batch %v, want [1 2]", b.ids)
+	}
+	select {
+	case err := <-w1:
+		t.Fatalf("released by a failed batch: %v", err)
+	default:
+	}
+	close(b.done)
+	if err := <-w1; err != nil {
+		t.Errorf("wait 1: %v", err)
+	}
+	if err := <-w2; err != nil {
+		t.Errorf("wait 2: %v", err)
+	}
+
+	g9 := r.note(9)
+	w9 := waitErr(g9, 9)
+	b = <-batches
+	close(b.done)
+	if err := <-w9; !errors.Is(err, errSessionGone) {
+		t.Errorf("a session the leader holds dead: %v", err)
+	}
+}
