@@ -33,13 +33,17 @@ func answered[T any](v T, err error) pending[T] {
 // call of kind, and decode reads the reply. Requests started in order by
 // one goroutine reach the leader in that order.
 //
-// An error from before the call left this member wraps ErrNoLeader (or is
-// ErrClosed); a failure the leader answered is a *peerError; a connection
-// lost or ctx ended while waiting wraps ErrUncertain: the leader may have
-// acted on the call.
+// Errors: no leader to call wraps ErrNoLeader (or is ErrClosed); a
+// failure the leader answered is a *peerError; a connection lost or ctx
+// ended while waiting wraps ErrUncertain for a call that changes state
+// (the leader may have acted on it), ErrNoLeader for others.
 func leaderCall[T any](m *Member, kind byte, encode func() ([]byte, error), local func() pending[T], decode func([]byte) (T, error)) pending[T] {
 	if m.IsLeader() {
 		return local()
+	}
+	lost := ErrNoLeader
+	if kind == rpcPropose || kind == rpcReconfig {
+		lost = ErrUncertain
 	}
 	var zero T
 	var payload []byte
@@ -63,11 +67,11 @@ func leaderCall[T any](m *Member, kind byte, encode func() ([]byte, error), loca
 		select {
 		case r = <-ch:
 		case <-ctx.Done():
-			return zero, fmt.Errorf("%w: %v", ErrUncertain, ctx.Err())
+			return zero, fmt.Errorf("%w: %v", lost, ctx.Err())
 		}
 		switch {
 		case r.err != nil:
-			return zero, fmt.Errorf("%w: %v", ErrUncertain, r.err)
+			return zero, fmt.Errorf("%w: %v", lost, r.err)
 		case r.kind != kind:
 			return zero, peerErrorOf(r.kind, r.payload)
 		case decode == nil:
