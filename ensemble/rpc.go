@@ -62,10 +62,10 @@ var peerCodes = []struct {
 	code peerCode
 	err  error
 }{
-	{peerNotLeader, errNotLeader},
-	{peerBadChange, errBadChange},
-	{peerBadRequest, errBadRequest},
-	{peerUnknown, errUnknownRPC},
+	{code: peerNotLeader, err: errNotLeader},
+	{code: peerBadChange, err: errBadChange},
+	{code: peerBadRequest, err: errBadRequest},
+	{code: peerUnknown, err: errUnknownRPC},
 }
 
 // peerError is a failure a peer answered a member RPC with. errors.Is
