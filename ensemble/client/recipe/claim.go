@@ -1,0 +1,91 @@
+package recipe
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"path"
+	"strings"
+
+	"github.com/coordrun/coordrun/ensemble/client"
+	"github.com/coordrun/coordrun/ensemble/wire"
+)
+
+// ClaimOptions configure ClaimOnce.
+type ClaimOptions struct {
+	// ACL of the claim's node. Nil: client.OpenACL.
+	ACL []wire.ACL
+	// Mine recognizes the claimant's own data when a create's reply was
+	// lost: the node's data then either is what this claimant wrote or
+	// another's. Nil: the data equals what was written, byte for byte
+	// (which holds only until the winner rewrites it).
+	Mine func(data []byte) bool
+}
+
+// Nonce returns a random token for a claimant's data, so that ClaimOnce
+// can tell its own create from another's.
+func Nonce() string {
+	var rnd [8]byte
+	_, _ = rand.Read(rnd[:])
+	return hex.EncodeToString(rnd[:])
+}
+
+// ClaimOnce creates the persistent node with data if no one has: of all
+// the contenders that call it for one node, exactly one wins, once, and
+// the node stays to say so. A create whose reply was lost is resolved by
+// syncing, reading the node back and asking o.Mine. The node's parent must
+// exist.
+func ClaimOnce(ctx context.Context, c *client.Client, node string, data []byte, o ClaimOptions) (won bool, err error) {
+	if o.ACL == nil {
+		o.ACL = client.OpenACL
+	}
+	if o.Mine == nil {
+		o.Mine = func(b []byte) bool { return bytes.Equal(b, data) }
+	}
+	for {
+		_, err := c.Create(ctx, node, data, 0, o.ACL)
+		switch {
+		case err == nil:
+			return true, nil
+		case errors.Is(err, wire.ErrNodeExists):
+		case errors.Is(err, client.ErrConnectionLoss):
+		default:
+			return false, err
+		}
+		if err := c.Sync(ctx, node); err != nil {
+			if errors.Is(err, client.ErrConnectionLoss) {
+				continue
+			}
+			return false, err
+		}
+		got, _, err := c.Get(ctx, node)
+		if errors.Is(err, wire.ErrNoNode) {
+			continue
+		}
+		if err != nil {
+			return false, err
+		}
+		return o.Mine(got), nil
+	}
+}
+
+// EnsurePath creates every missing persistent component of p with acl. A
+// component the session may not create yields an *AccessError.
+func EnsurePath(ctx context.Context, c *client.Client, p string, acl []wire.ACL) error {
+	parts := strings.Split(strings.Trim(p, "/"), "/")
+	cur := ""
+	for _, part := range parts {
+		cur += "/" + part
+		_, err := c.Create(ctx, cur, nil, 0, acl)
+		if err != nil && !errors.Is(err, wire.ErrNodeExists) {
+			if errors.Is(err, wire.ErrNoAuth) {
+				return accessError(ctx, c, path.Dir(cur), err)
+			}
+			return fmt.Errorf("create %s: %w", cur, err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,193 @@
+package recipe
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"path"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/coordrun/coordrun/ensemble/client"
+	"github.com/coordrun/coordrun/ensemble/wire"
+)
+
+// Names in a lock's folder.
+const (
+	// NodePrefix starts every queue node's name: "lock-<id>-<seq>".
+	NodePrefix = "lock-"
+	// RunNode is the name of the holder's run node.
+	RunNode = "run"
+)
+
+// The folder's record of its last holder.
+const (
+	recordHeld     = "held "
+	recordReleased = "released "
+)
+
+func heldRecord(node string) string     { return recordHeld + node }
+func releasedRecord(node string) string { return recordReleased + node }
+
+// Info is the data of a contender's queue node: who is waiting or
+// holding, for people reading the queue, and how long its work can
+// outlive its standing, for its successor.
+type Info struct {
+	Host    string    `json:"host"`
+	PID     int       `json:"pid"`
+	User    string    `json:"user"`
+	Command string    `json:"command"`
+	Since   time.Time `json:"since"`
+	// SessionTimeoutMS and KillGraceMS bound how long the contender's work
+	// can outlive its standing: its lease, then the time it takes to stop.
+	// A successor that suspects interference waits that long.
+	SessionTimeoutMS int64 `json:"session_timeout_ms,omitempty"`
+	KillGraceMS      int64 `json:"kill_grace_ms,omitempty"`
+}
+
+// killSlack is added to a contender's own bound: the kill of its work
+// must land and the processes be reaped.
+const killSlack = 100 * time.Millisecond
+
+// outlives is how long after it loses its standing a contender's work may
+// still go on: until its lease runs out, then its kill grace.
+func (i Info) outlives() time.Duration {
+	return time.Duration(i.SessionTimeoutMS+i.KillGraceMS)*time.Millisecond + killSlack
+}
+
+// RunInfo is the data of the run node: the holder and since when it holds.
+type RunInfo struct {
+	Node  string `json:"node"` // the holder's queue node, its base name
+	Token int64  `json:"token"`
+	Info
+	// Stopping: the holder lost its standing and keeps the run node only
+	// until its work is over.
+	Stopping bool `json:"stopping,omitempty"`
+}
+
+// Status is a contender's view of the queue while it waits.
+type Status struct {
+	Position int // 0: next to hold, or holding
+	Length   int
+	// Holder is of the run node's owner; Since is when it took the lock.
+	Holder     Info
+	HolderNode string
+	// Stopping: the previous holder still runs its work although it left
+	// the queue (position 0 waits for it).
+	Stopping bool
+}
+
+// seqOf returns the sequence number of a queue node name, or -1.
+func seqOf(name string) int64 {
+	i := strings.LastIndexByte(name, '-')
+	if !strings.HasPrefix(name, NodePrefix) || i < 0 {
+		return -1
+	}
+	n, err := strconv.ParseInt(name[i+1:], 10, 64)
+	if err != nil {
+		return -1
+	}
+	return n
+}
+
+// sortQueue orders queue node names by sequence number, dropping names
+// that are not queue nodes (the run node among them).
+func sortQueue(kids []string) []string {
+	out := kids[:0:0]
+	for _, k := range kids {
+		if seqOf(k) >= 0 {
+			out = append(out, k)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return seqOf(out[i]) < seqOf(out[j]) })
+	return out
+}
+
+// readRun reads the run node of the lock in dir; ok is false when there
+// is none.
+func readRun(ctx context.Context, c *client.Client, dir string) (RunInfo, wire.Stat, bool, error) {
+	b, st, err := c.Get(ctx, path.Join(dir, RunNode))
+	if errors.Is(err, wire.ErrNoNode) {
+		return RunInfo{}, st, false, nil
+	}
+	if err != nil {
+		return RunInfo{}, st, false, err
+	}
+	var ri RunInfo
+	_ = json.Unmarshal(b, &ri)
+	return ri, st, true, nil
+}
+
+// Contender is one node in a lock's queue.
+type Contender struct {
+	Node  string `json:"node"`
+	Token int64  `json:"token"` // the node's czxid: the fencing token it holds with
+	Info  Info   `json:"info"`  // for the holder, Since is when it took the lock
+	// Holding: this contender owns the run node (for the queue's head:
+	// it holds the lock, rather than being about to take it).
+	Holding bool `json:"holding,omitempty"`
+}
+
+// Queue is a lock as a reader sees it.
+type Queue struct {
+	// Record is the folder's record of the last holder: "held NODE" or
+	// "released NODE".
+	Record string
+	// Contenders in queue order: the first holds the lock or is next to.
+	Contenders []Contender
+	// Stopping is a previous holder that left the queue (its node was
+	// deleted) but still owns the run node while it stops its work.
+	Stopping *RunInfo
+	// ACL is the folder's, nil if it could not be read.
+	ACL []wire.ACL
+}
+
+// List reads the lock in dir. The reads are not one snapshot: a
+// contender that leaves meanwhile is left out. When there is no such lock
+// the error satisfies errors.Is(err, wire.ErrNoNode).
+func List(ctx context.Context, c *client.Client, dir string) (Queue, error) {
+	rec, _, err := c.Get(ctx, dir)
+	if errors.Is(err, wire.ErrNoNode) {
+		return Queue{}, fmt.Errorf("lock %s: %w", dir, err)
+	}
+	if err != nil {
+		return Queue{}, fmt.Errorf("read %s: %w", dir, err)
+	}
+	q := Queue{Record: string(rec), Contenders: []Contender{}}
+	if acl, _, err := c.GetACL(ctx, dir); err == nil {
+		q.ACL = acl
+	}
+	kids, _, err := c.Children(ctx, dir)
+	if err != nil && !errors.Is(err, wire.ErrNoNode) {
+		return Queue{}, fmt.Errorf("list %s: %w", dir, err)
+	}
+	run, _, hasRun, err := readRun(ctx, c, dir)
+	if err != nil {
+		return Queue{}, err
+	}
+	runQueued := false
+	for _, k := range sortQueue(kids) {
+		data, st, err := c.Get(ctx, path.Join(dir, k))
+		if errors.Is(err, wire.ErrNoNode) {
+			continue // left the queue while we looked
+		}
+		if err != nil {
+			return Queue{}, err
+		}
+		ct := Contender{Node: path.Join(dir, k), Token: st.Czxid}
+		_ = json.Unmarshal(data, &ct.Info)
+		if hasRun && run.Node == k {
+			runQueued = true
+			ct.Holding = true
+			ct.Info.Since = run.Since
+		}
+		q.Contenders = append(q.Contenders, ct)
+	}
+	if hasRun && !runQueued {
+		q.Stopping = &run
+	}
+	return q, nil
+}

@@ -1,0 +1,246 @@
+package recipe
+
+import (
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/coordrun/coordrun/ensemble/wire"
+)
+
+func TestSeqOf(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		want int64
+	}{
+		{"lock-0123abcd-0000000007", 7},
+		{"lock-0123abcd-0000000000", 0},
+		{"lock-x-y-0000000042", 42},           // the id may hold dashes: the sequence is after the last
+		{"lock-bench0gate-0000000001", 1},     // a gate named like a contender
+		{"lock-0123abcd-2147483648", 1 << 31}, // past int32: ZooKeeper's counter is a signed int
+		{"run", -1},
+		{"lock-", -1},
+		{"lock-abc", -1},
+		{"lock-abc-", -1},
+		{"lock-abc-12x", -1},
+		{"other-abc-0000000001", -1},
+		{"", -1},
+	} {
+		if got := seqOf(c.name); got != c.want {
+			t.Errorf("seqOf(%q) = %d, want %d", c.name, got, c.want)
+		}
+	}
+}
+
+func TestSortQueue(t *testing.T) {
+	for _, c := range []struct {
+		kids, want []string
+	}{
+		{nil, []string{}},
+		{[]string{"run"}, []string{}},
+		{
+			// Sequence numbers decide, not the random ids.
+			kids: []string{"lock-ffff-0000000003", "run", "lock-0000-0000000010", "lock-aaaa-0000000001"},
+			want: []string{"lock-aaaa-0000000001", "lock-ffff-0000000003", "lock-0000-0000000010"},
+		},
+		{
+			// Not queue nodes: dropped.
+			kids: []string{"lock-b-0000000002", "stray", "lock-a-xx", "lock-c-0000000001"},
+			want: []string{"lock-c-0000000001", "lock-b-0000000002"},
+		},
+	} {
+		in := slices.Clone(c.kids)
+		got := sortQueue(c.kids)
+		if !slices.Equal(got, c.want) {
+			t.Errorf("sortQueue(%q) = %q, want %q", in, got, c.want)
+		}
+		if !slices.Equal(c.kids, in) {
+			t.Errorf("sortQueue changed its input: %q, was %q", c.kids, in)
+		}
+	}
+}
+
+func TestOutlives(t *testing.T) {
+	for _, c := range []struct {
+		info Info
+		want time.Duration
+	}{
+		{Info{}, killSlack},
+		{Info{SessionTimeoutMS: 10000, KillGraceMS: 2500}, 12500*time.Millisecond + killSlack},
+		{Info{SessionTimeoutMS: 4000}, 4000*time.Millisecond + killSlack},
+	} {
+		if got := c.info.outlives(); got != c.want {
+			t.Errorf("%+v.outlives() = %v, want %v", c.info, got, c.want)
+		}
+	}
+}
+
+func TestSuspicionRaise(t *testing.T) {
+	t0 := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	own := Info{SessionTimeoutMS: 6000, KillGraceMS: 1000}
+	theirs := Info{SessionTimeoutMS: 2000, KillGraceMS: 500}
+	for _, c := range []struct {
+		name      string
+		before    suspicion
+		owner     string
+		info      Info
+		at        time.Time
+		wantUntil time.Time
+		wantFresh bool
+	}{
+		{"first evidence: the holder's own bounds", suspicion{}, "lock-a-1", theirs, t0,
+			t0.Add(2500*time.Millisecond + killSlack), true},
+		{"bounds unknown: ours", suspicion{}, "lock-a-1", Info{}, t0,
+			t0.Add(7000*time.Millisecond + killSlack), true},
+		{"same owner later: extended", suspicion{owner: "lock-a-1", until: t0.Add(time.Second), why: "old"}, "lock-a-1", theirs, t0.Add(time.Second),
+			t0.Add(time.Second + 2500*time.Millisecond + killSlack), false},
+		{"same owner, shorter bound: kept", suspicion{owner: "lock-a-1", until: t0.Add(time.Hour), why: "old"}, "lock-a-1", theirs, t0,
+			t0.Add(time.Hour), false},
+		{"another owner: replaced, even if sooner", suspicion{owner: "lock-a-1", until: t0.Add(time.Hour)}, "lock-b-2", theirs, t0,
+			t0.Add(2500*time.Millisecond + killSlack), true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			got, fresh := c.before.raise(c.owner, c.info, own, "why", c.at)
+			if got.owner != c.owner || !got.until.Equal(c.wantUntil) || fresh != c.wantFresh {
+				t.Errorf("raise = %+v fresh %v, want owner %s until %v fresh %v", got, fresh, c.owner, c.wantUntil, c.wantFresh)
+			}
+			if !got.until.Equal(c.before.until) && got.why != "why" {
+				t.Errorf("a new bound keeps the old evidence %q", got.why)
+			}
+		})
+	}
+}
+
+func TestSuspicionBlocksAndMustWait(t *testing.T) {
+	t0 := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	s := suspicion{owner: "lock-a-1", until: t0.Add(3 * time.Second), why: evidenceRunOrphaned}
+	for _, c := range []struct {
+		name     string
+		s        suspicion
+		record   string
+		at       time.Time
+		blocks   bool
+		mustWait time.Duration
+	}{
+		{"none", suspicion{}, "held lock-a-1", t0, false, 0},
+		{"suspected holder still recorded as holding", s, "held lock-a-1", t0, true, 3 * time.Second},
+		{"another holder recorded since", s, "held lock-c-3", t0.Add(time.Second), true, 2 * time.Second},
+		{"suspected holder released", s, "released lock-a-1", t0, false, 0},
+		{"another released: no confirmation", s, "released lock-c-3", t0, true, 3 * time.Second},
+		{"empty record", s, "", t0, true, 3 * time.Second},
+		{"bound passed", s, "held lock-a-1", t0.Add(3 * time.Second), false, 0},
+		{"bound long passed", s, "held lock-a-1", t0.Add(time.Minute), false, -57 * time.Second},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if got := c.s.blocks(c.record, c.at); got != c.blocks {
+				t.Errorf("blocks(%q) at +%v = %v, want %v", c.record, c.at.Sub(t0), got, c.blocks)
+			}
+			w, why := c.s.mustWait(c.record, c.at)
+			if w != c.mustWait {
+				t.Errorf("mustWait(%q) at +%v = %v, want %v", c.record, c.at.Sub(t0), w, c.mustWait)
+			}
+			if confirmed := c.s.owner == "" || c.record == "released "+c.s.owner; confirmed != (why == "") {
+				t.Errorf("mustWait = %v with evidence %q", w, why)
+			}
+		})
+	}
+}
+
+func TestEvidence(t *testing.T) {
+	q := []string{"lock-b-0000000002", "lock-c-0000000003"}
+	// The run node's owner, as the head of the queue finds it taken.
+	for _, c := range []struct {
+		run    string
+		orphan bool
+	}{
+		{"lock-b-0000000002", false}, // the head itself: from a take whose reply was lost
+		{"lock-c-0000000003", false}, // queued behind: not the head's to judge
+		{"lock-a-0000000001", true},  // its queue node deleted while it holds
+	} {
+		if got := orphanedRun(c.run, q); got != c.orphan {
+			t.Errorf("orphanedRun(%s) = %v, want %v", c.run, got, c.orphan)
+		}
+	}
+	// The record, as a waiter finds no run node at all.
+	for _, c := range []struct {
+		record string
+		want   bool
+	}{
+		{"held lock-b-0000000002", true},      // the head took it, and its run node is gone
+		{"released lock-b-0000000002", false}, // the head held before and released
+		{"released lock-a-0000000001", false}, // the head is about to take
+		{"held lock-a-0000000001", false},     // the previous holder's session ended
+		{"", false},                           // never held
+	} {
+		if got := headWithoutRun(c.record, q[0]); got != c.want {
+			t.Errorf("headWithoutRun(%q, %s) = %v, want %v", c.record, q[0], got, c.want)
+		}
+	}
+}
+
+func TestUnclean(t *testing.T) {
+	for _, c := range []struct {
+		record, me string
+		want       bool
+	}{
+		{"", "lock-b-2", false},                  // first holder
+		{"released lock-a-1", "lock-b-2", false}, // clean handoff
+		{"held lock-a-1", "lock-b-2", true},      // its session ended holding
+		{"held lock-b-2", "lock-b-2", false},     // our own, from a take whose reply was lost
+		{"something else", "lock-b-2", false},
+	} {
+		if got := unclean(c.record, c.me); got != c.want {
+			t.Errorf("unclean(%q, %s) = %v, want %v", c.record, c.me, got, c.want)
+		}
+	}
+}
+
+func TestACLNotation(t *testing.T) {
+	for _, c := range []struct {
+		in, formatted string
+		open          bool
+	}{
+		{"world:anyone:cdrwa", "world:anyone:cdrwa", true},
+		{"world:anyone:all", "world:anyone:cdrwa", true},
+		{"digest:ops:abc=:cdrwa,world:anyone:r", "digest:ops:abc=:cdrwa,world:anyone:r", false},
+		{"world:anyone:d", "world:anyone:d", true},
+		{"world:anyone:ra", "world:anyone:ra", false},
+		{"ip:10.0.0.0/8:cr", "ip:10.0.0.0/8:cr", false},
+	} {
+		acl, err := ParseACL(c.in)
+		if err != nil {
+			t.Errorf("ParseACL(%q): %v", c.in, err)
+			continue
+		}
+		if got := FormatACL(acl); got != c.formatted {
+			t.Errorf("FormatACL(ParseACL(%q)) = %q, want %q", c.in, got, c.formatted)
+		}
+		if got := OpenToAll(acl); got != c.open {
+			t.Errorf("OpenToAll(%q) = %v, want %v", c.in, got, c.open)
+		}
+	}
+	// A comma ends an entry, so an x509 DN with commas cannot be written
+	// here: "x509:CN=a" has no perms.
+	for _, bad := range []string{"", ",", "world", "world:anyone:q", "world:anyone:", ":x:r", "digest::r", "x509:CN=a,O=b:rw"} {
+		if acl, err := ParseACL(bad); err == nil {
+			t.Errorf("ParseACL(%q) = %v, want an error", bad, acl)
+		}
+	}
+	if got := FormatACL([]wire.ACL{{Perms: wire.PermRead | wire.PermAdmin, ID: wire.ID{Scheme: "auth"}}}); got != "auth::ra" {
+		t.Errorf("FormatACL(auth) = %q", got)
+	}
+}
+
+func TestAccessErrorText(t *testing.T) {
+	e := &AccessError{Path: "/coordrun/locks", Err: wire.ErrNoAuth}
+	if got := e.Error(); !strings.Contains(got, "(ACL unreadable) as an unauthenticated session") {
+		t.Errorf("AccessError without ACL or identity: %q", got)
+	}
+	e.ACL = []wire.ACL{{Perms: wire.PermAll, ID: wire.ID{Scheme: "digest", ID: "ops:x="}}}
+	e.Identity = []string{"ip:127.0.0.1", "digest:eve"}
+	want := "no permission to join /coordrun/locks (ACL digest:ops:x=:cdrwa) as ip:127.0.0.1, digest:eve: " + wire.ErrNoAuth.Error()
+	if got := e.Error(); got != want {
+		t.Errorf("AccessError = %q, want %q", got, want)
+	}
+}

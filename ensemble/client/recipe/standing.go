@@ -1,0 +1,164 @@
+package recipe
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"path"
+	"time"
+
+	"github.com/coordrun/coordrun/ensemble/client"
+	"github.com/coordrun/coordrun/ensemble/wire"
+)
+
+// What happened to a watched node.
+const (
+	LossDeleted = "deleted"
+	LossChanged = "changed"
+	// LossMissing: the node was already gone when its watch was set.
+	LossMissing = "missing"
+)
+
+// Loss is what happened to a node whose holder did not expect it.
+type Loss struct {
+	Node  string
+	Event string // LossDeleted, LossChanged or LossMissing
+	Zxid  int64  // of the change, as far as it could be read back
+}
+
+func (l Loss) String() string {
+	return fmt.Sprintf("%s %s (zxid 0x%x)", l.Node, l.Event, l.Zxid)
+}
+
+// Watched is a node whose change by anyone else ends a hold; OK tells
+// whether its stat is still as its holder left it.
+type Watched struct {
+	Path string
+	OK   func(wire.Stat) bool
+}
+
+// WatchNodes arms an exists watch on every node and reports the first
+// deletion or change (the channel has capacity 1 and receives at most one
+// Loss), or nothing once ctx or the session ends. armed is closed once
+// every watch is set (or setting them failed). The watches outlive
+// reconnects (the client re-arms them). A goroutine per node runs until
+// its watch fires or ctx ends.
+func WatchNodes(ctx context.Context, c *client.Client, nodes []Watched) (losses <-chan Loss, armed <-chan struct{}) {
+	out := make(chan Loss, 1)
+	done := make(chan struct{})
+	go func() {
+		fired := make(chan Loss, len(nodes))
+		for _, n := range nodes {
+			st, ok, ch, err := existsW(ctx, c, n.Path)
+			switch {
+			case err != nil:
+				close(done)
+				return // the session or ctx is over
+			case !ok:
+				close(done)
+				out <- lossOf(ctx, c, n.Path, LossMissing)
+				return
+			case !n.OK(st):
+				close(done)
+				out <- lossOf(ctx, c, n.Path, LossChanged)
+				return
+			}
+			go func() {
+				select {
+				case ev := <-ch:
+					switch ev.Type {
+					case wire.EventNodeDeleted:
+						fired <- lossOf(ctx, c, n.Path, LossDeleted)
+					case wire.EventNodeDataChanged:
+						fired <- lossOf(ctx, c, n.Path, LossChanged)
+					}
+				case <-ctx.Done():
+				}
+			}()
+		}
+		close(done)
+		select {
+		case l := <-fired:
+			out <- l
+		case <-ctx.Done():
+		}
+	}()
+	return out, done
+}
+
+func existsW(ctx context.Context, c *client.Client, p string) (wire.Stat, bool, <-chan client.Event, error) {
+	for {
+		st, ok, ch, err := c.ExistsW(ctx, p)
+		if !errors.Is(err, client.ErrConnectionLoss) {
+			return st, ok, ch, err
+		}
+	}
+}
+
+// lossOf reads back the zxid of what happened to node: its mzxid if it
+// changed, its folder's pzxid (the last child change) if it went.
+func lossOf(ctx context.Context, c *client.Client, node, event string) Loss {
+	l := Loss{Node: node, Event: event}
+	rctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	if st, ok, err := c.Exists(rctx, node); err == nil && ok && event == LossChanged {
+		l.Zxid = st.Mzxid
+		return l
+	}
+	// The nearest folder that still exists saw the deletion last (its
+	// own deletion, when the whole lock folder went).
+	for dir := path.Dir(node); dir != "/"; dir = path.Dir(dir) {
+		if _, st, err := c.Children(rctx, dir); err == nil {
+			l.Zxid = st.Pzxid
+			break
+		}
+	}
+	return l
+}
+
+// WatchStanding watches the holder's queue node and run node until ctx
+// ends; the first change by anyone else is sent on the returned channel.
+// Call it once, after Acquire; Release then waits for the watches to be
+// set. The channel may be read from any goroutine.
+func (e *Entry) WatchStanding(ctx context.Context) <-chan Loss {
+	me := e.c.SessionID()
+	out, armed := WatchNodes(ctx, e.c, []Watched{
+		// Nothing writes a queue node after its create.
+		{Path: e.node, OK: func(st wire.Stat) bool { return st.Version == 0 }},
+		{Path: e.runPath(), OK: func(st wire.Stat) bool { return st.EphemeralOwner == me && st.Version == 0 }},
+	})
+	e.armed = armed
+	mark := make(chan Loss, 1)
+	go func() {
+		select {
+		case l := <-out:
+			e.mu.Lock()
+			e.standingOK = false
+			e.mu.Unlock()
+			mark <- l
+		case <-ctx.Done():
+		}
+	}()
+	return mark
+}
+
+// Retake keeps the run node taken after someone else deleted it, so that
+// nobody starts while the holder's work is being stopped; the new run
+// node says Stopping. Best effort: if another contender took it
+// meanwhile, there is nothing to keep. It may be called from any
+// goroutine while the owner waits for its work to stop.
+func (e *Entry) Retake(ctx context.Context, loss Loss) {
+	if loss.Node != e.runPath() || loss.Event == LossChanged {
+		return
+	}
+	data, _ := json.Marshal(e.runInfo(true))
+	_, err := e.c.Create(ctx, e.runPath(), data, wire.FlagEphemeral, e.acl)
+	if err == nil {
+		e.mu.Lock()
+		e.runRemade = true
+		e.mu.Unlock()
+		return
+	}
+	e.log.Warn("could not take the run node back while stopping", "node", e.runPath(), "err", err)
+}
