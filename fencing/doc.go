@@ -25,7 +25,7 @@
 //
 // The token is the czxid of the holder's lock node: the zxid of the
 // transaction that created the node. The supervisor passes it to the job in
-// the environment variable COORDRUN_FENCING_TOKEN ([EnvVar]) as a decimal
+// the environment variable COORDRUN_FENCING_TOKEN ([EnvToken]) as a decimal
 // int64; [FromEnv] reads it and [Parse] parses it.
 //
 // A zxid rises with every write transaction of the ensemble and is never

@@ -11,8 +11,8 @@ import (
 
 // Environment variables the supervisor sets for the job it runs.
 const (
-	// EnvVar holds the holder's fencing token, a decimal int64.
-	EnvVar = "COORDRUN_FENCING_TOKEN"
+	// EnvToken holds the holder's fencing token, a decimal int64.
+	EnvToken = "COORDRUN_FENCING_TOKEN"
 	// EnvLock holds the name of the lock the job runs under.
 	EnvLock = "COORDRUN_LOCK"
 	// EnvLockNode holds the full path of the holder's lock node.
@@ -20,13 +20,18 @@ const (
 	// EnvScheduledTime holds the time the run was scheduled for, when a
 	// schedule started it.
 	EnvScheduledTime = "COORDRUN_SCHEDULED_TIME"
+
+	// EnvVar is the old name of EnvToken.
+	//
+	// Deprecated: use EnvToken, named like its siblings.
+	EnvVar = EnvToken
 )
 
 var (
 	// ErrInvalidToken is matched by errors from [Parse]: the text is not a
 	// non-negative decimal int64.
 	ErrInvalidToken = errors.New("invalid fencing token")
-	// ErrNoToken is matched by the error of [FromEnv] when [EnvVar] is
+	// ErrNoToken is matched by the error of [FromEnv] when [EnvToken] is
 	// unset or empty.
 	ErrNoToken = errors.New("no fencing token")
 )
@@ -76,20 +81,20 @@ func (t Token) Compare(u Token) int { return cmp.Compare(t, u) }
 // Less reports whether t is older than u.
 func (t Token) Less(u Token) bool { return t < u }
 
-// FromEnv parses the token in [EnvVar]. When the variable is unset or empty
+// FromEnv parses the token in [EnvToken]. When the variable is unset or empty
 // the error matches [ErrNoToken] and names the variable; when it does not
 // parse, the error matches [ErrInvalidToken].
 func FromEnv() (Token, error) {
-	s, ok := os.LookupEnv(EnvVar)
+	s, ok := os.LookupEnv(EnvToken)
 	if !ok {
-		return 0, fmt.Errorf("%w: %s is not set (is this process run by coordrun?)", ErrNoToken, EnvVar)
+		return 0, fmt.Errorf("%w: %s is not set (is this process run by coordrun?)", ErrNoToken, EnvToken)
 	}
 	if s == "" {
-		return 0, fmt.Errorf("%w: %s is empty", ErrNoToken, EnvVar)
+		return 0, fmt.Errorf("%w: %s is empty", ErrNoToken, EnvToken)
 	}
 	t, err := Parse(s)
 	if err != nil {
-		return 0, fmt.Errorf("%s: %w", EnvVar, err)
+		return 0, fmt.Errorf("%s: %w", EnvToken, err)
 	}
 	return t, nil
 }

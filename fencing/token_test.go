@@ -86,29 +86,29 @@ func TestTokenCompare(t *testing.T) {
 
 func TestTokenFromEnv(t *testing.T) {
 	t.Run("unset", func(t *testing.T) {
-		t.Setenv(EnvVar, "")
-		os.Unsetenv(EnvVar)
+		t.Setenv(EnvToken, "")
+		os.Unsetenv(EnvToken)
 		_, err := FromEnv()
-		if !errors.Is(err, ErrNoToken) || !strings.Contains(err.Error(), EnvVar+" is not set") {
-			t.Fatalf("FromEnv() error = %v, want ErrNoToken naming %s", err, EnvVar)
+		if !errors.Is(err, ErrNoToken) || !strings.Contains(err.Error(), EnvToken+" is not set") {
+			t.Fatalf("FromEnv() error = %v, want ErrNoToken naming %s", err, EnvToken)
 		}
 	})
 	t.Run("empty", func(t *testing.T) {
-		t.Setenv(EnvVar, "")
+		t.Setenv(EnvToken, "")
 		_, err := FromEnv()
-		if !errors.Is(err, ErrNoToken) || !strings.Contains(err.Error(), EnvVar+" is empty") {
-			t.Fatalf("FromEnv() error = %v, want ErrNoToken naming %s", err, EnvVar)
+		if !errors.Is(err, ErrNoToken) || !strings.Contains(err.Error(), EnvToken+" is empty") {
+			t.Fatalf("FromEnv() error = %v, want ErrNoToken naming %s", err, EnvToken)
 		}
 	})
 	t.Run("invalid", func(t *testing.T) {
-		t.Setenv(EnvVar, "x1")
+		t.Setenv(EnvToken, "x1")
 		_, err := FromEnv()
-		if !errors.Is(err, ErrInvalidToken) || !strings.Contains(err.Error(), EnvVar) {
-			t.Fatalf("FromEnv() error = %v, want ErrInvalidToken naming %s", err, EnvVar)
+		if !errors.Is(err, ErrInvalidToken) || !strings.Contains(err.Error(), EnvToken) {
+			t.Fatalf("FromEnv() error = %v, want ErrInvalidToken naming %s", err, EnvToken)
 		}
 	})
 	t.Run("set", func(t *testing.T) {
-		t.Setenv(EnvVar, "8589934593")
+		t.Setenv(EnvToken, "8589934593")
 		got, err := FromEnv()
 		if err != nil || got != 8589934593 {
 			t.Fatalf("FromEnv() = %d, %v", got, err)

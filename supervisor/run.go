@@ -302,7 +302,7 @@ func waitToStart(ctx context.Context, o Options, c *client.Client, e *entry, sig
 // its fencing token, then extra.
 func jobEnv(o Options, e *entry, extra []string) []string {
 	env := append(append([]string(nil), o.Env...),
-		fencing.EnvVar+"="+strconv.FormatInt(e.czxid, 10),
+		fencing.EnvToken+"="+strconv.FormatInt(e.czxid, 10),
 		fencing.EnvLock+"="+o.Name,
 		fencing.EnvLockNode+"="+e.node)
 	return append(env, extra...)

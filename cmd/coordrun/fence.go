@@ -60,7 +60,7 @@ func newFenceCheckCommand() *cobra.Command {
 	f := cmd.Flags()
 	f.String("state", "", "the resource's fencing state file (created on first accept; its directory must exist)")
 	f.String("lock", "", "lock name (default $"+fencing.EnvLock+")")
-	f.String("token", "", "fencing token (default $"+fencing.EnvVar+")")
+	f.String("token", "", "fencing token (default $"+fencing.EnvToken+")")
 	return cmd
 }
 
@@ -71,11 +71,11 @@ func runFenceCheck(cmd *cobra.Command, _ []string) error {
 	}
 	raw := v.GetString("token")
 	if raw == "" {
-		return usageError{fmt.Errorf("no fencing token: pass --token or set %s", fencing.EnvVar)}
+		return usageError{fmt.Errorf("no fencing token: pass --token or set %s", fencing.EnvToken)}
 	}
 	tok, err := fencing.Parse(raw)
 	if err != nil {
-		from := fencing.EnvVar
+		from := fencing.EnvToken
 		if cmd.Flags().Changed("token") {
 			from = "--token"
 		}
@@ -163,7 +163,7 @@ func fenceConfig(cmd *cobra.Command) (*viper.Viper, error) {
 		return nil, err
 	}
 	if cmd.Flags().Lookup("token") != nil {
-		if err := v.BindEnv("token", fencing.EnvVar); err != nil {
+		if err := v.BindEnv("token", fencing.EnvToken); err != nil {
 			return nil, err
 		}
 	}

@@ -18,7 +18,7 @@ import (
 // ones given, as coordrun run would for its job.
 func fenceEnv(t *testing.T, kv ...string) {
 	t.Helper()
-	for _, k := range []string{fencing.EnvVar, fencing.EnvLock, "COORDRUN_TOKEN", "COORDRUN_STATE", "COORDRUN_CONFIG"} {
+	for _, k := range []string{fencing.EnvToken, fencing.EnvLock, "COORDRUN_TOKEN", "COORDRUN_STATE", "COORDRUN_CONFIG"} {
 		t.Setenv(k, "") // viper treats empty as unset, and so does fence
 	}
 	for i := 0; i+1 < len(kv); i += 2 {
@@ -85,7 +85,7 @@ func wantUsage(t *testing.T, err error, contains string) {
 func TestFenceCheckFromEnv(t *testing.T) {
 	state := filepath.Join(t.TempDir(), ".fence")
 	for _, tok := range []string{"41", "42", "42"} {
-		fenceEnv(t, fencing.EnvVar, tok, fencing.EnvLock, "nightly")
+		fenceEnv(t, fencing.EnvToken, tok, fencing.EnvLock, "nightly")
 		if out, err := fence(t, "fence", "check", "--state", state); err != nil || out != "" {
 			t.Fatalf("check with token %s = %q, %v; want silent success", tok, out, err)
 		}
@@ -94,7 +94,7 @@ func TestFenceCheckFromEnv(t *testing.T) {
 		t.Fatalf("mark %d, want 42", got)
 	}
 
-	fenceEnv(t, fencing.EnvVar, "41", fencing.EnvLock, "nightly")
+	fenceEnv(t, fencing.EnvToken, "41", fencing.EnvLock, "nightly")
 	_, err := fence(t, "fence", "check", "--state", state)
 	wantStaleExit(t, err, "stale fencing token 41 for lock nightly: resource already accepted 42")
 	if got := fenceMark(t, state, "nightly"); got != 42 {
@@ -104,7 +104,7 @@ func TestFenceCheckFromEnv(t *testing.T) {
 
 func TestFenceCheckFlagsOverrideEnv(t *testing.T) {
 	state := filepath.Join(t.TempDir(), ".fence")
-	fenceEnv(t, fencing.EnvVar, "100", fencing.EnvLock, "nightly")
+	fenceEnv(t, fencing.EnvToken, "100", fencing.EnvLock, "nightly")
 	if _, err := fence(t, "fence", "check", "--state", state, "--lock", "weekly", "--token", "5"); err != nil {
 		t.Fatal(err)
 	}
@@ -134,7 +134,7 @@ func TestFenceCheckUsageErrors(t *testing.T) {
 	}{
 		{name: "no token", env: []string{fencing.EnvLock, "nightly"}, args: []string{"--state", state},
 			contains: "no fencing token: pass --token or set COORDRUN_FENCING_TOKEN"},
-		{name: "bad token in env", env: []string{fencing.EnvVar, "4x2", fencing.EnvLock, "nightly"}, args: []string{"--state", state},
+		{name: "bad token in env", env: []string{fencing.EnvToken, "4x2", fencing.EnvLock, "nightly"}, args: []string{"--state", state},
 			contains: `COORDRUN_FENCING_TOKEN: invalid fencing token "4x2": not a decimal integer`},
 		{name: "bad --token", env: []string{fencing.EnvLock, "nightly"}, args: []string{"--state", state, "--token", "forty-two"},
 			contains: `--token: invalid fencing token "forty-two"`},
@@ -142,19 +142,19 @@ func TestFenceCheckUsageErrors(t *testing.T) {
 			contains: "negative"},
 		{name: "token overflow", env: []string{fencing.EnvLock, "nightly"}, args: []string{"--state", state, "--token", "9223372036854775808"},
 			contains: "larger than"},
-		{name: "no lock", env: []string{fencing.EnvVar, "42"}, args: []string{"--state", state},
+		{name: "no lock", env: []string{fencing.EnvToken, "42"}, args: []string{"--state", state},
 			contains: "no lock name: pass --lock or set COORDRUN_LOCK"},
-		{name: "no state", env: []string{fencing.EnvVar, "42", fencing.EnvLock, "nightly"},
+		{name: "no state", env: []string{fencing.EnvToken, "42", fencing.EnvLock, "nightly"},
 			contains: "--state is required"},
-		{name: "state directory missing", env: []string{fencing.EnvVar, "42", fencing.EnvLock, "nightly"}, args: []string{"--state", filepath.Join(dir, "nope", ".fence")},
+		{name: "state directory missing", env: []string{fencing.EnvToken, "42", fencing.EnvLock, "nightly"}, args: []string{"--state", filepath.Join(dir, "nope", ".fence")},
 			contains: "no such file or directory"},
-		{name: "state is a directory", env: []string{fencing.EnvVar, "42", fencing.EnvLock, "nightly"}, args: []string{"--state", dir},
+		{name: "state is a directory", env: []string{fencing.EnvToken, "42", fencing.EnvLock, "nightly"}, args: []string{"--state", dir},
 			contains: "is a directory"},
-		{name: "corrupt state", env: []string{fencing.EnvVar, "42", fencing.EnvLock, "nightly"}, args: []string{"--state", corrupt},
+		{name: "corrupt state", env: []string{fencing.EnvToken, "42", fencing.EnvLock, "nightly"}, args: []string{"--state", corrupt},
 			contains: "corrupt fencing state " + corrupt},
-		{name: "extra argument", env: []string{fencing.EnvVar, "42", fencing.EnvLock, "nightly"}, args: []string{"--state", state, "42"},
+		{name: "extra argument", env: []string{fencing.EnvToken, "42", fencing.EnvLock, "nightly"}, args: []string{"--state", state, "42"},
 			contains: "unknown command"},
-		{name: "unknown flag", env: []string{fencing.EnvVar, "42", fencing.EnvLock, "nightly"}, args: []string{"--state", state, "--tokn", "42"},
+		{name: "unknown flag", env: []string{fencing.EnvToken, "42", fencing.EnvLock, "nightly"}, args: []string{"--state", state, "--tokn", "42"},
 			contains: "unknown flag"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -235,7 +235,7 @@ func TestFenceBinaryExitCodes(t *testing.T) {
 	state := filepath.Join(t.TempDir(), ".fence")
 	run := func(token string, args ...string) (string, int) {
 		cmd := exec.Command(procBin, append([]string{"fence", "check", "--state", state}, args...)...)
-		cmd.Env = fenceProcEnv(fencing.EnvVar+"="+token, fencing.EnvLock+"=nightly")
+		cmd.Env = fenceProcEnv(fencing.EnvToken+"="+token, fencing.EnvLock+"=nightly")
 		_, stderr, code := fenceExec(t, cmd)
 		return stderr, code
 	}
@@ -270,7 +270,7 @@ func TestFenceExampleScript(t *testing.T) {
 		cmd := exec.Command("bash", script, record)
 		env := []string{"STORE=" + store, fencing.EnvLock + "=nightly", "PATH=" + binDir + string(os.PathListSeparator) + os.Getenv("PATH")}
 		if token != "" {
-			env = append(env, fencing.EnvVar+"="+token)
+			env = append(env, fencing.EnvToken+"="+token)
 		}
 		cmd.Env = fenceProcEnv(env...)
 		_, stderr, code := fenceExec(t, cmd)
