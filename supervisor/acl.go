@@ -4,112 +4,28 @@ import (
 	"context"
 	"crypto/sha1"
 	"encoding/base64"
-	"errors"
-	"fmt"
 	"log/slog"
 	"sort"
 	"strings"
 
 	"github.com/coordrun/coordrun/ensemble/client"
+	"github.com/coordrun/coordrun/ensemble/client/recipe"
 	"github.com/coordrun/coordrun/ensemble/wire"
 )
 
 // ACLs of what coordrun creates. Any client that may delete a lock's nodes
 // can make the next in line start early (the run node bounds the damage,
-// see lock.go); an ACL that only the supervisors' shared identity may
-// change makes the ensemble refuse it.
+// see the recipe package); an ACL that only the supervisors' shared
+// identity may change makes the ensemble refuse it.
 
-// ParseACL reads an ACL in zkCli's notation: comma-separated
-// scheme:id:perms entries, perms a subset of "cdrwa" (or "all"), e.g.
-// "digest:ops:HASH=:cdrwa,world:anyone:r". The id may itself contain
-// colons (digest, ip with IPv6); the scheme is up to the first colon and
-// the perms after the last.
-func ParseACL(s string) ([]wire.ACL, error) {
-	var out []wire.ACL
-	for _, ent := range strings.Split(s, ",") {
-		ent = strings.TrimSpace(ent)
-		if ent == "" {
-			continue
-		}
-		scheme, rest, ok := strings.Cut(ent, ":")
-		i := strings.LastIndexByte(rest, ':')
-		if !ok || i < 0 || scheme == "" {
-			return nil, fmt.Errorf("ACL entry %q: want scheme:id:perms", ent)
-		}
-		id, ps := rest[:i], rest[i+1:]
-		perms, err := parsePerms(ps)
-		if err != nil {
-			return nil, fmt.Errorf("ACL entry %q: %w", ent, err)
-		}
-		if id == "" && scheme != "auth" {
-			return nil, fmt.Errorf("ACL entry %q: empty id", ent)
-		}
-		out = append(out, wire.ACL{Perms: perms, ID: wire.ID{Scheme: scheme, ID: id}})
-	}
-	if len(out) == 0 {
-		return nil, errors.New("empty ACL")
-	}
-	return out, nil
-}
-
-func parsePerms(s string) (int32, error) {
-	if s == "all" {
-		return wire.PermAll, nil
-	}
-	var p int32
-	for _, ch := range s {
-		switch ch {
-		case 'c':
-			p |= wire.PermCreate
-		case 'd':
-			p |= wire.PermDelete
-		case 'r':
-			p |= wire.PermRead
-		case 'w':
-			p |= wire.PermWrite
-		case 'a':
-			p |= wire.PermAdmin
-		default:
-			return 0, fmt.Errorf("permission %q: want a subset of cdrwa", string(ch))
-		}
-	}
-	if p == 0 {
-		return 0, errors.New("no permissions")
-	}
-	return p, nil
-}
+// ParseACL reads an ACL in zkCli's notation (see recipe.ParseACL).
+func ParseACL(s string) ([]wire.ACL, error) { return recipe.ParseACL(s) }
 
 // FormatACL writes an ACL in the notation ParseACL reads.
-func FormatACL(acl []wire.ACL) string {
-	parts := make([]string, len(acl))
-	for i, a := range acl {
-		parts[i] = a.ID.Scheme + ":" + a.ID.ID + ":" + formatPerms(a.Perms)
-	}
-	return strings.Join(parts, ",")
-}
-
-func formatPerms(p int32) string {
-	var b strings.Builder
-	for _, x := range []struct {
-		bit int32
-		ch  byte
-	}{{wire.PermCreate, 'c'}, {wire.PermDelete, 'd'}, {wire.PermRead, 'r'}, {wire.PermWrite, 'w'}, {wire.PermAdmin, 'a'}} {
-		if p&x.bit != 0 {
-			b.WriteByte(x.ch)
-		}
-	}
-	return b.String()
-}
+func FormatACL(acl []wire.ACL) string { return recipe.FormatACL(acl) }
 
 // OpenToAll reports whether anyone may delete or change nodes under an ACL.
-func OpenToAll(acl []wire.ACL) bool {
-	for _, a := range acl {
-		if a.ID.Scheme == "world" && a.ID.ID == "anyone" && a.Perms&(wire.PermDelete|wire.PermWrite|wire.PermCreate) != 0 {
-			return true
-		}
-	}
-	return false
-}
+func OpenToAll(acl []wire.ACL) bool { return recipe.OpenToAll(acl) }
 
 // digestID is ZooKeeper's digest identity of "user:password".
 func digestID(userPass string) string {
@@ -144,7 +60,7 @@ func sessionIdentities(ctx context.Context, c *client.Client, auth []client.Auth
 }
 
 // lockACL decides the ACL of everything a run creates.
-func lockACL(ctx context.Context, o Options, c *client.Client) ([]wire.ACL, error) {
+func lockACL(ctx context.Context, o ConnOptions, c *client.Client, log *slog.Logger) ([]wire.ACL, error) {
 	if o.ACL != nil {
 		return o.ACL, nil
 	}
@@ -155,7 +71,7 @@ func lockACL(ctx context.Context, o Options, c *client.Client) ([]wire.ACL, erro
 		return []wire.ACL{{Perms: wire.PermAll, ID: wire.ID{Scheme: "auth"}}, worldRead}, nil
 	}
 	if len(ids) == 0 {
-		o.Log.Warn("no credentials: lock nodes get the open ACL, so any client can delete them; use --auth or a client certificate (see --acl)")
+		log.Warn("no credentials: lock nodes get the open ACL, so any client can delete them; use --auth or a client certificate (see --acl)")
 		return client.OpenACL, nil
 	}
 	acl := make([]wire.ACL, 0, len(ids)+1)
@@ -163,7 +79,7 @@ func lockACL(ctx context.Context, o Options, c *client.Client) ([]wire.ACL, erro
 		acl = append(acl, wire.ACL{Perms: wire.PermAll, ID: id})
 	}
 	acl = append(acl, worldRead)
-	o.Log.Debug("lock nodes get this ACL", "acl", FormatACL(acl))
+	log.Debug("lock nodes get this ACL", "acl", FormatACL(acl))
 	return acl, nil
 }
 

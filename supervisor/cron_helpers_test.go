@@ -315,16 +315,18 @@ func cronStartHost(t *testing.T, r *rig, sink *cronLogSink, spec cronHostSpec) *
 	ctx, cancel := context.WithCancel(context.Background())
 	skew := spec.skew
 	opts := supervisor.CronOptions{
-		Run: supervisor.Options{
+		ConnOptions: supervisor.ConnOptions{
 			Servers:        r.b.servers,
 			SessionTimeout: cronSessionTimeout,
-			KillGrace:      cronKillGrace,
 			DriftMargin:    cronDriftMargin,
-			Exe:            e2eBin,
-			Env:            append(baseEnv(), r.mark, "CRON_HOST="+spec.label),
-			Signals:        h.sigs,
-			Log:            slog.New(&cronLogHandler{sink: sink, host: spec.label}),
 		},
+		JobOptions: supervisor.JobOptions{
+			KillGrace: cronKillGrace,
+			Exe:       e2eBin,
+			Env:       append(baseEnv(), r.mark, "CRON_HOST="+spec.label),
+			Signals:   h.sigs,
+		},
+		Log:  slog.New(&cronLogHandler{sink: sink, host: spec.label}),
 		Root: spec.root,
 		Jobs: spec.jobs(),
 		Now:  func() time.Time { return time.Now().Add(skew) },

@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -37,12 +35,19 @@ type guardedJob struct {
 	result  JobResult
 }
 
-// spawnGuarded starts exe (the coordrun binary) as a watchdog armed to run
-// argv with the given environment: it waits for Go. Starting it ahead of
-// time takes the process start (the Go runtime, the command line) off a
-// lock handoff's critical path. Close (or the supervisor's death) before Go
-// makes it exit without running anything.
-func spawnGuarded(exe string, argv, env []string, grace time.Duration) (*guardedJob, error) {
+// jobSpec is a job as its watchdog starts it.
+type jobSpec struct {
+	exe   string // the coordrun binary, which runs the watchdog
+	argv  []string
+	env   []string
+	grace time.Duration // SIGTERM to SIGKILL
+}
+
+// spawnGuarded starts spec's watchdog, armed to run the job: it waits for
+// Go. Starting it ahead of time takes the process start (the Go runtime,
+// the command line) off a lock handoff's critical path. Disarm (or the
+// supervisor's death) before Go makes it exit without running anything.
+func spawnGuarded(spec jobSpec) (*guardedJob, error) {
 	ctrlR, ctrlW, err := os.Pipe()
 	if err != nil {
 		return nil, err
@@ -53,10 +58,10 @@ func spawnGuarded(exe string, argv, env []string, grace time.Duration) (*guarded
 		ctrlW.Close()
 		return nil, err
 	}
-	args := append([]string{WatchdogCommand, "--grace", grace.String(), "--armed", "--"}, argv...)
-	wd := exec.Command(exe, args...)
+	args := append([]string{WatchdogCommand, "--grace", spec.grace.String(), "--armed", "--"}, spec.argv...)
+	wd := exec.Command(spec.exe, args...)
 	wd.Stdin, wd.Stdout, wd.Stderr = os.Stdin, os.Stdout, os.Stderr
-	wd.Env = env
+	wd.Env = spec.env
 	wd.ExtraFiles = []*os.File{ctrlR, repW} // fds 3 and 4
 	wd.SysProcAttr = &syscall.SysProcAttr{
 		// If this process dies, the watchdog hears of it at once (the
@@ -85,16 +90,13 @@ func (j *guardedJob) readReports(r *os.File) {
 	sc := bufio.NewScanner(r)
 	got := false
 	for !got && sc.Scan() {
-		f := strings.Fields(sc.Text())
+		r, ok := parseReport(sc.Text())
 		switch {
-		case len(f) == 2 && f[0] == "P":
-			pid, _ := strconv.Atoi(f[1])
-			j.started <- pid
-		case len(f) == 4 && f[0] == "X":
-			code, _ := strconv.Atoi(f[1])
-			sig, _ := strconv.Atoi(f[2])
-			j.result = JobResult{Code: code, Signal: sig, Reason: f[3]}
-			got = true
+		case !ok:
+		case r.kind == reportStarted:
+			j.started <- r.pid
+		case r.kind == reportExited:
+			j.result, got = r.result, true
 		}
 	}
 	if !got {
@@ -121,16 +123,16 @@ func (j *guardedJob) readReports(r *os.File) {
 	}
 }
 
-func (j *guardedJob) send(format string, args ...any) {
+func (j *guardedJob) send(m control) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	if j.ctrl != nil {
-		fmt.Fprintf(j.ctrl, format+"\n", args...)
+		send(j.ctrl, m)
 	}
 }
 
 // Go lets an armed watchdog start the job, to be killed by deadline.
-func (j *guardedJob) Go(deadline Boottime) { j.send("G %d", int64(deadline)) }
+func (j *guardedJob) Go(deadline Boottime) { j.send(control{kind: ctrlGo, deadline: deadline}) }
 
 // Disarm ends a watchdog that has not been told to Go; it exits without
 // starting the job. Done closes once it has.
@@ -144,13 +146,13 @@ func (j *guardedJob) Disarm() {
 }
 
 // SetDeadline moves the kill deadline.
-func (j *guardedJob) SetDeadline(d Boottime) { j.send("D %d", int64(d)) }
+func (j *guardedJob) SetDeadline(d Boottime) { j.send(control{kind: ctrlDeadline, deadline: d}) }
 
 // Signal delivers sig to the job's process group.
-func (j *guardedJob) Signal(sig syscall.Signal) { j.send("S %d", int(sig)) }
+func (j *guardedJob) Signal(sig syscall.Signal) { j.send(control{kind: ctrlSignal, signal: sig}) }
 
 // Stop asks for the job to be stopped: SIGTERM, then SIGKILL after grace.
-func (j *guardedJob) Stop() { j.send("K") }
+func (j *guardedJob) Stop() { j.send(control{kind: ctrlStop}) }
 
 func (j *guardedJob) Done() <-chan struct{} { return j.done }
 

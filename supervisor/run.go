@@ -11,13 +11,9 @@ package supervisor
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
-	"os"
-	"os/user"
 	"path"
 	"strconv"
 	"strings"
@@ -25,80 +21,9 @@ import (
 	"time"
 
 	"github.com/coordrun/coordrun/ensemble/client"
-	"github.com/coordrun/coordrun/ensemble/wire"
+	"github.com/coordrun/coordrun/ensemble/client/recipe"
 	"github.com/coordrun/coordrun/fencing"
 )
-
-// Exit codes of coordrun run besides the job's own (which is passed
-// through; 128+N when a signal N killed it).
-const (
-	ExitUsage       = 64 // bad invocation or configuration, or no ensemble reachable
-	ExitNotAcquired = 75 // --try or --timeout: the lock was held by another
-	ExitSessionLost = 76 // the session's lease ran out; the job was killed
-	// ExitLockLost: another client deleted or changed the holder's lock
-	// nodes while the job ran; the job was stopped (TERM, then KILL after
-	// the kill grace).
-	ExitLockLost = 78
-)
-
-// Options configure one supervised run.
-type Options struct {
-	Servers        []string
-	SessionTimeout time.Duration
-	Auth           []client.Auth
-	TLS            *tls.Config
-	Root           string // folder of all locks, e.g. /coordrun/locks
-	Name           string // the lock's name
-	Argv           []string
-	Env            []string // the job's environment, without coordrun's variables
-
-	KillGrace   time.Duration // SIGTERM to SIGKILL
-	DriftMargin time.Duration // subtracted from every lease, for clock rate differences
-	LockDelay   time.Duration // wait after a predecessor's session ended uncleanly
-	Timeout     time.Duration // longest wait for the lock; 0 waits forever
-	Try         bool          // do not wait at all
-
-	Exe     string         // the coordrun binary, which runs the watchdog
-	Signals chan os.Signal // terminating and user signals to forward
-	Log     *slog.Logger
-	Status  io.Writer // where the waiting status goes (stderr)
-	TTY     bool      // Status is a terminal: redraw one status line
-	// ExtraMargin is added to DriftMargin when the ensemble is Apache
-	// ZooKeeper, whose followers answer pings without the leader.
-	ExtraMargin time.Duration
-	// ACL is set on every node coordrun creates. Nil: the session's
-	// authenticated identities (--auth, a client certificate) get every
-	// permission and world:anyone may read; without credentials, the
-	// open ACL, with a warning.
-	ACL []wire.ACL
-}
-
-// UsageError is an error in the invocation.
-type UsageError struct{ Err error }
-
-func (e UsageError) Error() string { return e.Err.Error() }
-func (e UsageError) Unwrap() error { return e.Err }
-
-// Validate checks the timing constraints: the job must survive an
-// ordinary ping gap, so the grace and margin must leave room for it.
-func (o *Options) Validate() error {
-	if len(o.Argv) == 0 {
-		return UsageError{errors.New("no command given")}
-	}
-	if o.Name == "" || strings.ContainsAny(o.Name, "/\x00") || o.Name == "." || o.Name == ".." {
-		return UsageError{fmt.Errorf("bad lock name %q", o.Name)}
-	}
-	if !strings.HasPrefix(o.Root, "/") || (len(o.Root) > 1 && strings.HasSuffix(o.Root, "/")) {
-		return UsageError{fmt.Errorf("lock root %q must be an absolute znode path", o.Root)}
-	}
-	if o.SessionTimeout <= 0 || o.KillGrace < 0 || o.DriftMargin < 0 || o.LockDelay < 0 || o.Timeout < 0 {
-		return UsageError{errors.New("durations must not be negative, and the session timeout must be positive")}
-	}
-	if budget := o.SessionTimeout / 2; o.KillGrace+o.DriftMargin+killSlack > budget {
-		return UsageError{fmt.Errorf("--kill-grace %v + drift margin %v must stay under half the session timeout (%v)", o.KillGrace, o.DriftMargin, budget)}
-	}
-	return nil
-}
 
 // DefaultName derives a lock name from a command: its base name, with
 // characters other than letters, digits, '.', '_' and '-' replaced.
@@ -128,105 +53,102 @@ func Run(ctx context.Context, o Options) (int, error) {
 	if err := o.Validate(); err != nil {
 		return ExitUsage, err
 	}
-	log := o.Log
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-		o.Log = log
+	if o.Log == nil {
+		o.Log = slog.New(slog.DiscardHandler)
 	}
+	log := o.Log
 	// One owner of the signal channel for the whole run, so that no
 	// signal falls between waiting (where TERM means leave the queue) and
 	// holding (where every signal goes to the job).
 	sigs := newSignalPump(o.Signals)
 	defer sigs.close()
-	s, err := dial(ctx, o)
+	s, err := dial(ctx, o.ConnOptions, o.KillGrace, log)
 	if err != nil {
 		return ExitUsage, err
 	}
-	defer s.c.Close()
-	c := s.c
+	defer s.close()
 	dir := path.Join(o.Root, o.Name)
-	log.Info("waiting for lock", "lock", o.Name, "node_dir", dir, "session", fmt.Sprintf("0x%x", c.SessionID()))
+	log.Info("waiting for lock", "lock", o.Name, "node_dir", dir, "session", fmt.Sprintf("0x%x", s.c.SessionID()))
 
-	e, err := enter(ctx, c, dir, holderInfo(o.Argv, c.SessionTimeout(), o.KillGrace+s.margin), s.acl, log)
+	e, err := s.enter(ctx, dir, o.Argv)
 	if err != nil {
 		return ExitUsage, err
 	}
-	reportFolderACL(ctx, c, dir, s.acl, log)
-	held := false
+	reportFolderACL(ctx, s.c, dir, s.acl, log)
 	defer func() {
-		// Whatever happened, leave the queue, retrying through other
-		// members while the session may still live (a no-op once it is
-		// gone: the nodes went with it).
-		rctx, rcancel := context.WithDeadline(context.Background(), releaseDeadline(c))
-		defer rcancel()
-		if err := e.release(rctx, held); err != nil && !errors.Is(err, client.ErrSessionExpired) && !errors.Is(err, client.ErrClosed) {
-			log.Warn("could not release", "node", e.node, "err", err)
+		// Whatever happened, leave the queue; the session's close after
+		// this deletes whatever a failed release left.
+		if err := s.release(context.Background(), e); err != nil && !errors.Is(err, client.ErrSessionExpired) && !errors.Is(err, client.ErrClosed) {
+			log.Warn("could not release", "node", e.Node(), "err", err)
 		}
 	}()
 
-	// Next in line, the watchdog is started ahead (armed, not yet running
-	// the job), so the handoff does not wait for a process start. Its
-	// environment names the queue node and its token: if the node is
-	// replaced (deleted by someone, joined again), so is the watchdog.
-	var armed *guardedJob
-	var armedToken int64
-	disarm := func() {
-		if armed != nil {
-			armed.Disarm()
-			<-armed.Done()
-			armed = nil
-		}
+	spec := func() jobSpec {
+		return jobSpec{exe: o.Exe, argv: o.Argv, env: jobEnv(o.Env, o.Name, e), grace: o.KillGrace}
 	}
-	code, err := waitForLock(ctx, o, e, sigs, log, func(st QueueStatus) {
-		if armed != nil && armedToken != e.czxid {
-			disarm()
-		}
-		if armed == nil && !o.Try && (st.Position == 1 || st.Position == 0 && st.Stopping) {
-			// On error, the start is tried again once the lock is held,
-			// where its failure is reported.
-			armed, _ = spawnGuarded(o.Exe, o.Argv, jobEnv(o, e, nil), o.KillGrace)
-			armedToken = e.czxid
+	var next standby
+	code, err := waitForLock(ctx, o, e, sigs, func(st recipe.Status) {
+		next.keepFor(e.Token())
+		if !o.Try && (st.Position == 1 || st.Position == 0 && st.Stopping) {
+			next.arm(spec(), e.Token())
 		}
 	})
 	if err != nil || code != 0 {
-		disarm()
+		next.drop()
 		return code, err
 	}
-	if armed != nil && armedToken != e.czxid {
-		disarm()
-	}
-	env := jobEnv(o, e, nil)
-	held = true
+	next.keepFor(e.Token())
 	sctx, stopWatch := context.WithCancel(ctx)
 	defer stopWatch()
-	standing := e.watchStanding(sctx)
-	if code, err := waitToStart(ctx, o, c, e, sigs, standing, log); err != nil || code != 0 {
-		disarm()
+	h := &holding{s: s, e: e, sigs: sigs, standing: e.WatchStanding(sctx)}
+	if code, err := h.waitToStart(ctx, o.LockDelay); err != nil || code != 0 {
+		next.drop()
 		return code, err
 	}
-	log.Info("lock acquired; starting job", "lock", o.Name, "node", e.node, "token", e.czxid)
-	h := &holding{c: c, e: e, leases: newLeaseFanout(c), margin: s.margin, log: log, sigs: sigs, standing: standing, grace: o.KillGrace}
-	return h.run(sctx, o.Exe, o.Argv, env, armed)
+	log.Info("lock acquired; starting job", "lock", o.Name, "node", e.Node(), "token", e.Token())
+	return h.run(sctx, spec(), next.job)
 }
 
-// releaseDeadline bounds the retries of a release: once the lease has
-// passed by a whole session timeout the session is surely gone, and its
-// nodes with it.
-func releaseDeadline(c *client.Client) time.Time {
-	return later(c.Lease(), time.Now()).Add(c.SessionTimeout())
+// standby is a watchdog started ahead of the lock (armed, not yet running
+// the job) when its entry is next in line, so that the handoff does not
+// wait for a process start. Its environment names the queue node and its
+// token: if the node is replaced (deleted by someone, joined again), so is
+// the watchdog.
+type standby struct {
+	job   *guardedJob
+	token int64
 }
 
-func later(a, b time.Time) time.Time {
-	if a.After(b) {
-		return a
+// arm starts a watchdog for token unless one runs. On error none is
+// armed: the start is tried again once the lock is held, where its
+// failure is reported.
+func (sb *standby) arm(spec jobSpec, token int64) {
+	if sb.job == nil {
+		sb.job, _ = spawnGuarded(spec)
+		sb.token = token
 	}
-	return b
+}
+
+// keepFor drops the watchdog unless it was armed for token.
+func (sb *standby) keepFor(token int64) {
+	if sb.job != nil && sb.token != token {
+		sb.drop()
+	}
+}
+
+// drop ends the armed watchdog, if any, and waits until it is gone.
+func (sb *standby) drop() {
+	if sb.job != nil {
+		sb.job.Disarm()
+		<-sb.job.Done()
+		sb.job = nil
+	}
 }
 
 // waitForLock waits in the queue; onStatus sees every change of position.
 // A terminating signal ends the wait (the caller leaves the queue) but
 // stays queued in sigs, so it is seen again at the start of the job.
-func waitForLock(ctx context.Context, o Options, e *entry, sigs *signalPump, log *slog.Logger, onStatus func(QueueStatus)) (int, error) {
+func waitForLock(ctx context.Context, o Options, e *recipe.Entry, sigs *signalPump, onStatus func(recipe.Status)) (int, error) {
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	if o.Timeout > 0 {
@@ -235,14 +157,19 @@ func waitForLock(ctx context.Context, o Options, e *entry, sigs *signalPump, log
 		defer tcancel()
 	}
 	go sigs.cancelOnStop(wctx, cancel)
-	sl := newStatusLine(o.Status, o.TTY, o.Name, log)
-	err := e.acquire(wctx, o.Try, func(st QueueStatus) {
+	sl := newStatusLine(o.Status, o.TTY, o.Name, o.Log)
+	status := func(st recipe.Status) {
 		sl.update(st)
 		onStatus(st)
-	})
+	}
+	acquire := e.Acquire
+	if o.Try {
+		acquire = e.TryAcquire
+	}
+	err := withAccessHint(acquire(wctx, status))
 	sl.clear()
 	if s, ok := sigs.stopSignal(); ok {
-		log.Info("signal while waiting; leaving the queue", "signal", s.String())
+		o.Log.Info("signal while waiting; leaving the queue", "signal", s.String())
 		return 128 + int(s), nil
 	}
 	switch {
@@ -258,25 +185,45 @@ func waitForLock(ctx context.Context, o Options, e *entry, sigs *signalPump, log
 	return ExitUsage, err
 }
 
+// jobEnv is a job's environment: base, the lock's identity and its
+// fencing token, then extra.
+func jobEnv(base []string, lock string, e *recipe.Entry, extra ...string) []string {
+	env := append(append([]string(nil), base...),
+		fencing.EnvToken+"="+strconv.FormatInt(e.Token(), 10),
+		fencing.EnvLock+"="+lock,
+		fencing.EnvLockNode+"="+e.Node())
+	return append(env, extra...)
+}
+
+// holding is a held lock whose job is about to start or runs under a
+// watchdog. Its methods run on the goroutine that acquired the lock.
+type holding struct {
+	s        *session
+	e        *recipe.Entry
+	sigs     *signalPump
+	standing <-chan recipe.Loss
+}
+
 // waitToStart is the time between taking the lock and starting the job:
-// --lock-delay after an unclean end of the previous holder, and the wait
-// for a previous holder whose job may still run after someone else
-// deleted its nodes. It returns 0 when the job may start.
-func waitToStart(ctx context.Context, o Options, c *client.Client, e *entry, sigs *signalPump, standing <-chan standingLoss, log *slog.Logger) (int, error) {
+// lockDelay after an unclean end of the previous holder, and the wait for
+// a previous holder whose job may still run after someone else deleted
+// its nodes. It returns 0 when the job may start.
+func (h *holding) waitToStart(ctx context.Context, lockDelay time.Duration) (int, error) {
+	log := h.s.log
 	var wait time.Duration
-	if e.unclean() && o.LockDelay > 0 {
-		log.Info("previous holder's session ended without release; waiting lock-delay", "lock_delay", o.LockDelay)
-		wait = o.LockDelay
+	if h.e.UncleanHandoff() && lockDelay > 0 {
+		log.Info("previous holder's session ended without release; waiting lock-delay", "lock_delay", lockDelay)
+		wait = lockDelay
 	}
-	if w, why := e.mustWait(); w > 0 {
+	if w, why := h.e.MustWait(); w > 0 {
 		log.Warn("waiting until the previous holder's job must be gone", "wait", w.Round(time.Millisecond), "evidence", why)
 		wait = max(wait, w)
 	}
 	t := time.NewTimer(wait)
 	defer t.Stop()
 	for {
-		ch := sigs.changed()
-		if s, ok := sigs.stopSignal(); ok {
+		ch := h.sigs.changed()
+		if s, ok := h.sigs.stopSignal(); ok {
 			log.Info("signal before the job started; leaving", "signal", s.String())
 			return 128 + int(s), nil
 		}
@@ -287,85 +234,63 @@ func waitToStart(ctx context.Context, o Options, c *client.Client, e *entry, sig
 		case <-t.C:
 			return 0, nil
 		case <-ch:
-		case loss := <-standing:
+		case loss := <-h.standing:
 			log.Error("lock lost before the job started: another client deleted or changed this holder's node", "node", loss.Node, "event", loss.Event, "zxid", fmt.Sprintf("0x%x", loss.Zxid))
 			return ExitLockLost, fmt.Errorf("lock lost: %s", loss)
-		case <-c.Done():
-			return ExitSessionLost, fmt.Errorf("session lost before the job started: %w", c.Err())
+		case <-h.s.c.Done():
+			return ExitSessionLost, fmt.Errorf("session lost before the job started: %w", h.s.c.Err())
 		case <-ctx.Done():
 			return ExitUsage, ctx.Err()
 		}
 	}
 }
 
-// jobEnv is the job's environment: the caller's, the lock's identity and
-// its fencing token, then extra.
-func jobEnv(o Options, e *entry, extra []string) []string {
-	env := append(append([]string(nil), o.Env...),
-		fencing.EnvToken+"="+strconv.FormatInt(e.czxid, 10),
-		fencing.EnvLock+"="+o.Name,
-		fencing.EnvLockNode+"="+e.node)
-	return append(env, extra...)
-}
-
-// holding is a held lock whose job runs under a watchdog.
-type holding struct {
-	c        *client.Client
-	e        *entry
-	leases   *leaseFanout
-	margin   time.Duration // taken off every lease
-	grace    time.Duration // SIGTERM to SIGKILL
-	log      *slog.Logger
-	sigs     *signalPump
-	standing <-chan standingLoss
-}
-
-// run runs the job under a watchdog (armed: started ahead with env, or
+// run runs the job under a watchdog (armed: started ahead with spec, or
 // nil: started now), feeding it each new lease deadline and every signal,
 // stopping it when the session or the lock's standing is lost, and maps
 // how it ended to an exit code.
-func (h *holding) run(ctx context.Context, exe string, argv, env []string, armed *guardedJob) (int, error) {
-	updates, unsubscribe := h.leases.subscribe()
+func (h *holding) run(ctx context.Context, spec jobSpec, armed *guardedJob) (int, error) {
+	s, log := h.s, h.s.log
+	updates, unsubscribe := s.leases.subscribe()
 	defer unsubscribe()
-	deadline := func(lease time.Time) Boottime { return BoottimeAt(lease.Add(-h.margin)) }
 	job := armed
 	if job == nil {
 		var err error
-		if job, err = spawnGuarded(exe, argv, env, h.grace); err != nil {
+		if job, err = spawnGuarded(spec); err != nil {
 			return ExitUsage, err
 		}
 	}
-	job.Go(deadline(h.c.Lease()))
+	job.Go(s.deadline(s.c.Lease()))
 	sessionLost := false
-	var lost *standingLoss
+	var lost *recipe.Loss
 	for {
 		ch := h.sigs.changed()
-		for _, s := range h.sigs.take() {
-			if sig, ok := s.(syscall.Signal); ok {
-				h.log.Debug("forwarding signal", "signal", s.String())
+		for _, sig := range h.sigs.take() {
+			if sig, ok := sig.(syscall.Signal); ok {
+				log.Debug("forwarding signal", "signal", sig.String())
 				job.Signal(sig)
 			}
 		}
 		select {
 		case l := <-updates:
-			job.SetDeadline(deadline(l))
+			job.SetDeadline(s.deadline(l))
 		case <-ch:
 		case loss := <-h.standing:
 			if lost == nil {
 				lost = &loss
-				h.log.Error("lock lost: another client deleted or changed this holder's node; stopping the job",
+				log.Error("lock lost: another client deleted or changed this holder's node; stopping the job",
 					"node", loss.Node, "event", loss.Event, "zxid", fmt.Sprintf("0x%x", loss.Zxid))
 				job.Stop()
 				go func() {
-					hctx, cancel := context.WithTimeout(ctx, h.c.SessionTimeout())
+					hctx, cancel := context.WithTimeout(ctx, s.c.SessionTimeout())
 					defer cancel()
-					h.e.hold(hctx, loss)
+					h.e.Retake(hctx, loss)
 				}()
 			}
-		case <-h.c.Done():
+		case <-s.c.Done():
 			if !sessionLost {
 				sessionLost = true
-				h.log.Error("session lost; stopping the job", "err", h.c.Err())
+				log.Error("session lost; stopping the job", "err", s.c.Err())
 				job.Stop()
 			}
 		case <-job.Done():
@@ -378,24 +303,8 @@ func (h *holding) run(ctx context.Context, exe string, argv, env []string, armed
 			case lost != nil:
 				return ExitLockLost, fmt.Errorf("lock lost (%s); job stopped (exit %d)", *lost, r.Code)
 			}
-			h.log.Info("job finished", "exit", r.Code, "signal", r.Signal)
+			log.Info("job finished", "exit", r.Code, "signal", r.Signal)
 			return r.Code, nil
 		}
 	}
-}
-
-// holderInfo describes this process as a contender; timeout and grace
-// bound how long its job can outlive the loss of its standing.
-func holderInfo(argv []string, timeout, grace time.Duration) HolderInfo {
-	host, _ := os.Hostname()
-	name := strconv.Itoa(os.Getuid())
-	if u, err := user.Current(); err == nil {
-		name = u.Username
-	}
-	cmd := strings.Join(argv, " ")
-	if len(cmd) > 512 {
-		cmd = cmd[:512]
-	}
-	return HolderInfo{Host: host, PID: os.Getpid(), User: name, Command: cmd, Since: time.Now().UTC().Truncate(time.Millisecond),
-		SessionTimeoutMS: timeout.Milliseconds(), KillGraceMS: grace.Milliseconds()}
 }

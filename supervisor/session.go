@@ -3,24 +3,33 @@ package supervisor
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"strings"
 	"time"
 
 	"github.com/coordrun/coordrun/ensemble/client"
+	"github.com/coordrun/coordrun/ensemble/client/recipe"
 	"github.com/coordrun/coordrun/ensemble/wire"
 )
 
 // session is a connected client with what every run on it needs: the
-// margin taken off each lease before it becomes a kill deadline, and the
-// ACL of the nodes it creates.
+// margin taken off each lease before it becomes a kill deadline, the
+// jobs' kill grace, the ACL of the nodes it creates, and the fan-out of
+// its lease updates to every job running on it.
+//
+// Safe for concurrent use: a cron host's firings share one.
 type session struct {
 	c      *client.Client
 	margin time.Duration
+	grace  time.Duration
 	acl    []wire.ACL
+	leases *leaseFanout
+	log    *slog.Logger
 }
 
-// dial connects to the ensemble of o and checks the granted timing.
-func dial(ctx context.Context, o Options) (*session, error) {
+// dial connects to the ensemble of o and checks the granted timing for
+// jobs stopped with grace. Close the session when done.
+func dial(ctx context.Context, o ConnOptions, grace time.Duration, log *slog.Logger) (*session, error) {
 	cctx, cancel := context.WithTimeout(ctx, max(o.SessionTimeout, 10*time.Second))
 	c, err := client.Connect(cctx, client.Config{
 		Servers:        o.Servers,
@@ -30,39 +39,76 @@ func dial(ctx context.Context, o Options) (*session, error) {
 		PingInterval: o.SessionTimeout / 5,
 		Auth:         o.Auth,
 		TLS:          o.TLS,
-		Logger:       o.Log,
+		Logger:       log,
 	})
 	cancel()
 	if err != nil {
 		return nil, fmt.Errorf("connect to %s: %w", strings.Join(o.Servers, ","), err)
 	}
-	margin, err := leaseMargin(o, c)
+	margin, err := leaseMargin(o, grace, c, log)
 	if err != nil {
 		c.Close()
 		return nil, err
 	}
-	acl, err := lockACL(ctx, o, c)
+	acl, err := lockACL(ctx, o, c, log)
 	if err != nil {
 		c.Close()
 		return nil, err
 	}
-	return &session{c: c, margin: margin, acl: acl}, nil
+	return &session{c: c, margin: margin, grace: grace, acl: acl, leases: newLeaseFanout(c), log: log}, nil
 }
+
+func (s *session) close() { s.c.Close() }
 
 // leaseMargin is what is taken off every lease before it becomes the
 // job's kill deadline: the drift margin, widened against Apache ZooKeeper.
 // It checks the timing again with the timeout the server granted (which
 // may be below the one asked for) and the final margin: the kill must not
 // fire between two ordinary pings.
-func leaseMargin(o Options, c *client.Client) (time.Duration, error) {
+func leaseMargin(o ConnOptions, grace time.Duration, c *client.Client, log *slog.Logger) (time.Duration, error) {
 	margin := o.DriftMargin
 	if o.ExtraMargin > 0 && isApacheZooKeeper(o.Servers, o.TLS) {
 		margin += o.ExtraMargin
-		o.Log.Debug("ensemble is Apache ZooKeeper; widening the lease margin", "margin", margin)
+		log.Debug("ensemble is Apache ZooKeeper; widening the lease margin", "margin", margin)
 	}
 	timeout := c.SessionTimeout()
-	if budget := timeout / 2; o.KillGrace+margin+killSlack > budget {
-		return 0, UsageError{fmt.Errorf("session timeout %v (as granted by the ensemble) is too short for --kill-grace %v and a lease margin of %v: they must stay under %v; raise --session-timeout or lower --kill-grace", timeout, o.KillGrace, margin, budget)}
+	if budget := timeout / 2; grace+margin+killSlack > budget {
+		return 0, fmt.Errorf("session timeout %v (as granted by the ensemble) is too short for --kill-grace %v and a lease margin of %v: they must stay under %v; raise --session-timeout or lower --kill-grace", timeout, grace, margin, budget)
 	}
 	return margin, nil
+}
+
+// deadline is the kill deadline of a job on this session's lease.
+func (s *session) deadline(lease time.Time) Boottime { return BoottimeAt(lease.Add(-s.margin)) }
+
+// releaseDeadline bounds the retries of a release: once the lease has
+// passed by a whole session timeout the session is surely gone, and its
+// nodes with it.
+func (s *session) releaseDeadline() time.Time {
+	return later(s.c.Lease(), time.Now()).Add(s.c.SessionTimeout())
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+// enter joins the queue of the lock in dir as the contender running argv,
+// whose job can outlive its standing by the session timeout and the kill
+// grace with the margin.
+func (s *session) enter(ctx context.Context, dir string, argv []string) (*recipe.Entry, error) {
+	info := holderInfo(argv, s.c.SessionTimeout(), s.grace+s.margin)
+	e, err := recipe.Enter(ctx, s.c, dir, info, recipe.Options{ACL: s.acl, Log: s.log})
+	return e, withAccessHint(err)
+}
+
+// release leaves e's queue, retrying through other members while the
+// session may still live (a no-op once it is gone: the nodes went with
+// it).
+func (s *session) release(ctx context.Context, e *recipe.Entry) error {
+	rctx, cancel := context.WithDeadline(ctx, s.releaseDeadline())
+	defer cancel()
+	return e.Release(rctx)
 }

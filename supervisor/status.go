@@ -8,6 +8,8 @@ import (
 	"net"
 	"strings"
 	"time"
+
+	"github.com/coordrun/coordrun/ensemble/client/recipe"
 )
 
 // statusLine shows where a waiting supervisor stands: one line redrawn in
@@ -24,7 +26,7 @@ func newStatusLine(w io.Writer, tty bool, lock string, log *slog.Logger) *status
 	return &statusLine{w: w, tty: tty && w != nil, lock: lock, log: log}
 }
 
-func (s *statusLine) update(q QueueStatus) {
+func (s *statusLine) update(q recipe.Status) {
 	if q.Position == 0 && !q.Stopping {
 		return
 	}

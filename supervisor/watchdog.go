@@ -25,26 +25,16 @@ import (
 // stop the job when the session's lease runs out. The watchdog holds the
 // current kill deadline and acts on it by itself:
 //
-//   - at deadline − grace it sends SIGTERM to the job's process group, and
-//     at deadline − killSlack SIGKILL, unless a later deadline arrived;
+//   - at deadline − killSlack − grace it sends SIGTERM to the job's process
+//     group, and at deadline − killSlack SIGKILL, unless a later deadline
+//     arrived;
 //   - when the supervisor goes away (its control pipe reaches EOF, or
 //     PR_SET_PDEATHSIG fires) it stops the group at once;
 //   - it is a child subreaper, so grandchildren the job orphans become its
 //     children, and it reaps them all before it reports the job's end.
 //
-// Control messages, one per line, supervisor → watchdog:
-//
-//	G <boottime-ns>  an armed watchdog may start the job, to be killed by
-//	                 that deadline
-//	D <boottime-ns>  new kill deadline
-//	S <signum>       deliver a signal to the job's process group
-//	K                stop the job now (TERM, then KILL after grace)
-//
-// Report messages, watchdog → supervisor:
-//
-//	P <pid>                      the job started
-//	X <code> <signal> <reason>   the job and its group are gone; reason is
-//	                             exit, deadline, orphaned or stopped
+// The messages on the two pipes are in wdproto.go; the kill timing is
+// killPlan's (killplan.go).
 //
 // The watchdog exits with the job's exit code, or 128+N if a signal
 // killed it.
@@ -111,7 +101,7 @@ func RunWatchdog(cfg WatchdogConfig) int {
 		var ok bool
 		if deadline, ok = awaitGo(ctrl, sigs); !ok {
 			// Disarmed, or the supervisor is gone: nothing ran.
-			fmt.Fprintf(cfg.Report, "X 0 0 %s\n", ReasonOrphaned)
+			send(cfg.Report, report{kind: reportExited, result: JobResult{Reason: ReasonOrphaned}})
 			return 0
 		}
 	}
@@ -125,11 +115,11 @@ func RunWatchdog(cfg WatchdogConfig) int {
 		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, os.ErrNotExist) {
 			code = 127
 		}
-		fmt.Fprintf(cfg.Report, "X %d 0 %s\n", code, ReasonExit)
+		send(cfg.Report, report{kind: reportExited, result: JobResult{Code: code, Reason: ReasonExit}})
 		return code
 	}
 	pgid := cmd.Process.Pid
-	fmt.Fprintf(cfg.Report, "P %d\n", pgid)
+	send(cfg.Report, report{kind: reportStarted, pid: pgid})
 
 	exited := make(chan syscall.WaitStatus, 1)
 	go func() {
@@ -137,80 +127,44 @@ func RunWatchdog(cfg WatchdogConfig) int {
 		exited <- cmd.ProcessState.Sys().(syscall.WaitStatus)
 	}()
 
-	reason := ""
-	termSent := false
-	var stopAt Boottime   // when stopping on request: KILL after grace
-	var lastKill Boottime // SIGKILL is repeated every killSlack until the job is gone
-	timer := time.NewTimer(0)
-	defer timer.Stop()
-	group := func(sig syscall.Signal) { _ = syscall.Kill(-pgid, sig) }
-	stop := func(why string) {
-		if reason == "" {
-			reason = why
-		}
-		if !termSent {
-			group(syscall.SIGTERM)
-			termSent = true
-		}
-		if s := BoottimeNow() + Boottime(cfg.Grace); stopAt == 0 || s < stopAt {
-			stopAt = s
+	plan := killPlan{deadline: deadline, grace: cfg.Grace}
+	group := func(sig syscall.Signal) {
+		if sig != 0 {
+			_ = syscall.Kill(-pgid, sig)
 		}
 	}
+	timer := time.NewTimer(0)
+	defer timer.Stop()
 	for {
-		now := BoottimeNow()
-		killAt := deadline - Boottime(killSlack)
-		if stopAt != 0 && stopAt < killAt {
-			killAt = stopAt
-		}
-		termAt := deadline - Boottime(killSlack) - Boottime(cfg.Grace)
-		switch {
-		case now >= killAt:
-			if reason == "" {
-				reason = ReasonDeadline
-			}
-			if lastKill == 0 || now-lastKill >= Boottime(killSlack) {
-				group(syscall.SIGKILL)
-				lastKill = now
-			}
-			killAt = lastKill + Boottime(killSlack)
-		case now >= termAt && !termSent:
-			if reason == "" {
-				reason = ReasonDeadline
-			}
-			group(syscall.SIGTERM)
-			termSent = true
-		}
-		next := killAt
-		if !termSent && termAt < next {
-			next = termAt
-		}
-		timer.Reset(max(time.Duration(next-BoottimeNow()), time.Millisecond))
+		sig, wake := plan.next(BoottimeNow())
+		group(sig)
+		timer.Reset(max(time.Duration(wake-BoottimeNow()), time.Millisecond))
 		select {
 		case ws := <-exited:
 			// The job is gone; nothing of its group may outlive it.
 			group(syscall.SIGKILL)
 			reapOrphans()
 			code, sig := exitCode(ws)
-			if reason == "" && BoottimeNow() >= deadline-Boottime(killSlack) {
-				// It ended past its deadline (this process was frozen,
-				// say, and the exit and the timer became ready together):
-				// it ran without a lease at the end, whatever its code.
-				reason = ReasonDeadline
-			}
-			if reason == "" {
-				reason = ReasonExit
-			}
-			fmt.Fprintf(cfg.Report, "X %d %d %s\n", code, sig, reason)
+			send(cfg.Report, report{kind: reportExited, result: JobResult{Code: code, Signal: sig, Reason: plan.exitReason(BoottimeNow())}})
 			return code
 		case line, ok := <-ctrl:
 			if !ok {
 				ctrl = nil
-				stop(ReasonOrphaned)
+				group(plan.stop(BoottimeNow(), ReasonOrphaned))
 				continue
 			}
-			handleControl(line, &deadline, group, stop)
+			m, ok := parseControl(line)
+			switch {
+			case !ok:
+			case m.kind == ctrlDeadline:
+				plan.deadline = m.deadline
+			case m.kind == ctrlSignal:
+				group(m.signal)
+			case m.kind == ctrlStop:
+				group(plan.stop(BoottimeNow(), ReasonStopped))
+			}
 		case <-sigs:
-			stop(ReasonOrphaned)
+			group(plan.stop(BoottimeNow(), ReasonOrphaned))
 		case <-timer.C:
 		}
 	}
@@ -226,34 +180,16 @@ func awaitGo(ctrl <-chan string, sigs <-chan os.Signal) (Boottime, bool) {
 			if !ok {
 				return 0, false
 			}
-			f := strings.Fields(line)
-			if len(f) == 2 && f[0] == "G" {
-				if d, err := strconv.ParseInt(f[1], 10, 64); err == nil {
-					return Boottime(d), true
-				}
-			}
-			if len(f) == 1 && f[0] == "K" {
+			m, ok := parseControl(line)
+			switch {
+			case ok && m.kind == ctrlGo:
+				return m.deadline, true
+			case ok && m.kind == ctrlStop:
 				return 0, false
 			}
 		case <-sigs:
 			return 0, false
 		}
-	}
-}
-
-func handleControl(line string, deadline *Boottime, group func(syscall.Signal), stop func(string)) {
-	op, arg, _ := strings.Cut(line, " ")
-	switch op {
-	case "D":
-		if v, err := strconv.ParseInt(arg, 10, 64); err == nil {
-			*deadline = Boottime(v)
-		}
-	case "S":
-		if v, err := strconv.Atoi(arg); err == nil && v > 0 && v < 65 {
-			group(syscall.Signal(v))
-		}
-	case "K":
-		stop(ReasonStopped)
 	}
 }
 

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -12,10 +11,8 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/coordrun/coordrun/ensemble/client"
 	"github.com/coordrun/coordrun/supervisor"
 	"github.com/spf13/cobra"
-	"github.com/spf13/viper"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -106,15 +103,17 @@ func runCron(cmd *cobra.Command, args []string) error {
 			return usageError{err}
 		}
 	}
-	opts, err := sessionOptions(cmd, v)
+	sc, err := sessionOptions(cmd, v)
 	if err != nil {
 		return err
 	}
-	defer signal.Stop(opts.Signals)
+	defer signal.Stop(sc.job.Signals)
 	return exitFrom(supervisor.RunCron(context.Background(), supervisor.CronOptions{
-		Run:  opts,
-		Root: v.GetString("root"),
-		Jobs: jobs,
+		ConnOptions: sc.conn,
+		JobOptions:  sc.job,
+		Log:         sc.log,
+		Root:        v.GetString("root"),
+		Jobs:        jobs,
 	}))
 }
 
@@ -210,66 +209,12 @@ func checkJobKeys(n *yaml.Node) error {
 	return nil
 }
 
-// connectFor opens a short session for an inspecting or administrative
-// command, from its --servers, --timeout and TLS flags. The context bounds
-// the whole command; cancel it and close the client when done.
-// clientSession is a client command's configuration, its session and its
-// deadline (--timeout).
-type clientSession struct {
-	v      *viper.Viper
-	c      *client.Client
-	ctx    context.Context
-	cancel context.CancelFunc
-}
-
-// connectCommand loads cmd's configuration and opens a session with it.
-func connectCommand(cmd *cobra.Command) (*clientSession, error) {
-	v, err := loadConfig(cmd)
-	if err != nil {
-		return nil, err
-	}
-	servers := splitServers(v.GetString("servers"))
-	if len(servers) == 0 {
-		return nil, usageError{errors.New("--servers is empty")}
-	}
-	tlsCfg, err := clientTLS(v)
-	if err != nil {
-		return nil, err
-	}
-	ctx, cancel := context.WithTimeout(cmd.Context(), v.GetDuration("timeout"))
-	c, err := client.Connect(ctx, client.Config{Servers: servers, SessionTimeout: 10 * time.Second, TLS: tlsCfg})
-	if err != nil {
-		cancel()
-		return nil, usageError{fmt.Errorf("connect to %s: %w", v.GetString("servers"), err)}
-	}
-	return &clientSession{v: v, c: c, ctx: ctx, cancel: cancel}, nil
-}
-
-func (s *clientSession) close() {
-	s.c.Close()
-	s.cancel()
-}
-
-func addInspectFlags(cmd *cobra.Command, root string) {
-	f := cmd.Flags()
-	f.String("servers", "127.0.0.1:2181", "ensemble members, host:port,...")
-	f.String("root", root, "znode folder")
-	f.Bool("json", false, "print JSON")
-	f.Duration("timeout", 10*time.Second, "give up after this long")
-	addClientTLSFlags(f)
-}
-
 func newCronHistoryCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "history JOB",
 		Short: "Show a job's firings: scheduled time, host, token, start, duration, exit code",
 		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			s, err := connectCommand(cmd)
-			if err != nil {
-				return err
-			}
-			defer s.close()
+		RunE: withClient(func(cmd *cobra.Command, args []string, s *clientSession) error {
 			v, c, ctx := s.v, s.c, s.ctx
 			recs, err := supervisor.CronHistory(ctx, c, v.GetString("root"), args[0])
 			if err != nil {
@@ -297,9 +242,9 @@ func newCronHistoryCommand() *cobra.Command {
 				fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\n", r.Scheduled.Local().Format(time.DateTime), r.State, r.Host, r.PID, r.Token, start, dur, exit, r.Reason)
 			}
 			return tw.Flush()
-		},
+		}),
 	}
-	addInspectFlags(cmd, "/coordrun/cron")
+	addInspectFlags(cmd, "/coordrun/cron", "znode folder")
 	cmd.Flags().Int("last", 20, "show only the newest N firings (0: all)")
 	return cmd
 }
@@ -317,12 +262,7 @@ func newCronListCommand() *cobra.Command {
 		Use:   "list",
 		Short: "List cron jobs: schedule, last run, next firing, hosts taking part",
 		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			s, err := connectCommand(cmd)
-			if err != nil {
-				return err
-			}
-			defer s.close()
+		RunE: withClient(func(cmd *cobra.Command, _ []string, s *clientSession) error {
 			v, c, ctx := s.v, s.c, s.ctx
 			jobs, hosts, err := supervisor.CronJobs(ctx, c, v.GetString("root"))
 			if err != nil {
@@ -354,7 +294,7 @@ func newCronListCommand() *cobra.Command {
 					next = e.Next.Local().Format(time.DateTime)
 				}
 				if e.Last != nil {
-					last, state, host = e.Last.Scheduled.Local().Format(time.DateTime), e.Last.State, e.Last.Host
+					last, state, host = e.Last.Scheduled.Local().Format(time.DateTime), string(e.Last.State), e.Last.Host
 					if e.Last.ExitCode != nil {
 						exit = fmt.Sprint(*e.Last.ExitCode)
 					}
@@ -362,14 +302,8 @@ func newCronListCommand() *cobra.Command {
 				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\n", e.Name, e.Schedule, next, last, state, host, exit, len(e.Hosts))
 			}
 			return tw.Flush()
-		},
+		}),
 	}
-	addInspectFlags(cmd, "/coordrun/cron")
+	addInspectFlags(cmd, "/coordrun/cron", "znode folder")
 	return cmd
-}
-
-func writeJSON(w io.Writer, v any) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(v)
 }

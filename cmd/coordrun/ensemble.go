@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -32,11 +31,7 @@ func newEnsembleStatusCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			servers := splitServers(v.GetString("servers"))
-			if len(servers) == 0 {
-				return usageError{fmt.Errorf("--servers is empty")}
-			}
-			tlsCfg, err := clientTLS(v)
+			servers, tlsCfg, err := serverFlags(v)
 			if err != nil {
 				return err
 			}
@@ -56,9 +51,7 @@ func newEnsembleStatusCommand() *cobra.Command {
 				return usageError{err}
 			}
 			if v.GetBool("json") {
-				enc := json.NewEncoder(cmd.OutOrStdout())
-				enc.SetIndent("", "  ")
-				if err := enc.Encode(st); err != nil {
+				if err := writeJSON(cmd.OutOrStdout(), st); err != nil {
 					return err
 				}
 			} else {
@@ -113,16 +106,6 @@ func healthy(st ensemble.Status, err error) bool {
 		}
 	}
 	return true
-}
-
-func splitServers(s string) []string {
-	var out []string
-	for _, p := range strings.Split(s, ",") {
-		if p = strings.TrimSpace(p); p != "" {
-			out = append(out, p)
-		}
-	}
-	return out
 }
 
 func fetchStatus(addr string, timeout time.Duration, tc *tls.Config) (ensemble.Status, error) {

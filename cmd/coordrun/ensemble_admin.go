@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"crypto/tls"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -32,7 +31,7 @@ the log has been compacted).`,
 			if _, _, err := net.SplitHostPort(args[1]); err != nil {
 				return usageError{fmt.Errorf("peer address %q: %w", args[1], err)}
 			}
-			return reconfig(cmd, "server."+args[0]+"="+args[1], "")
+			return withClient(reconfig("server."+args[0]+"="+args[1], ""))(cmd, args)
 		},
 	}
 	addAdminFlags(cmd)
@@ -45,7 +44,7 @@ func newEnsembleRemoveCommand() *cobra.Command {
 		Short: "Remove a member from the ensemble",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return reconfig(cmd, "", args[0])
+			return withClient(reconfig("", args[0]))(cmd, args)
 		},
 	}
 	addAdminFlags(cmd)
@@ -59,19 +58,17 @@ func addAdminFlags(cmd *cobra.Command) {
 	addClientTLSFlags(f)
 }
 
-func reconfig(cmd *cobra.Command, joining, leaving string) error {
-	s, err := connectCommand(cmd)
-	if err != nil {
-		return err
+// reconfig asks for a membership change: joining "server.<id>=<peer
+// address>", leaving an id.
+func reconfig(joining, leaving string) func(*cobra.Command, []string, *clientSession) error {
+	return func(cmd *cobra.Command, _ []string, s *clientSession) error {
+		cfg, err := s.c.Reconfig(s.ctx, joining, leaving)
+		if err != nil {
+			return fmt.Errorf("membership change refused: %w", err)
+		}
+		fmt.Fprint(cmd.OutOrStdout(), string(cfg))
+		return nil
 	}
-	defer s.close()
-	c, ctx := s.c, s.ctx
-	cfg, err := c.Reconfig(ctx, joining, leaving)
-	if err != nil {
-		return fmt.Errorf("membership change refused: %w", err)
-	}
-	fmt.Fprint(cmd.OutOrStdout(), string(cfg))
-	return nil
 }
 
 func newEnsembleSnapshotCommand() *cobra.Command {
@@ -91,11 +88,7 @@ member into FILE (written atomically). Seed a new ensemble from it with
 			if err != nil {
 				return err
 			}
-			servers := splitServers(v.GetString("servers"))
-			if len(servers) == 0 {
-				return usageError{errors.New("--servers is empty")}
-			}
-			tc, err := clientTLS(v)
+			servers, tc, err := serverFlags(v)
 			if err != nil {
 				return err
 			}

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -14,13 +13,6 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/viper"
 )
-
-// exitStaleToken is the exit code of `coordrun fence check` when the
-// resource has already accepted a newer holder of the lock. It is
-// EX_NOPERM (the write is not permitted), distinct from 64 and from run's
-// 75 and 76, so that a job's `coordrun fence check ... || exit $?` passes
-// it unchanged through coordrun run to whoever reads the run's exit code.
-const exitStaleToken = 77
 
 const fenceCheckLong = `Check a lock holder's fencing token against the high-water mark that a
 resource keeps in a state file, and raise the mark.
@@ -125,9 +117,7 @@ func newFenceShowCommand() *cobra.Command {
 				return usageError{err}
 			}
 			if v.GetBool("json") {
-				enc := json.NewEncoder(cmd.OutOrStdout())
-				enc.SetIndent("", "  ")
-				return enc.Encode(map[string]any{"locks": marks})
+				return writeJSON(cmd.OutOrStdout(), map[string]any{"locks": marks})
 			}
 			printMarks(cmd.OutOrStdout(), marks)
 			return nil

@@ -1,12 +1,12 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"text/tabwriter"
 	"time"
 
+	"github.com/coordrun/coordrun/ensemble/client/recipe"
 	"github.com/coordrun/coordrun/supervisor"
 	"github.com/spf13/cobra"
 )
@@ -15,35 +15,23 @@ func newStatusCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "status [lock...]",
 		Short: "Show each lock's holder (host, pid, token, since) and its queue",
-		RunE: func(cmd *cobra.Command, args []string) error {
-			s, err := connectCommand(cmd)
-			if err != nil {
-				return err
-			}
-			defer s.close()
+		RunE: withClient(func(cmd *cobra.Command, args []string, s *clientSession) error {
 			v, c, ctx := s.v, s.c, s.ctx
 			locks, err := supervisor.Inspect(ctx, c, v.GetString("root"), args)
 			if err != nil {
 				return err
 			}
 			if v.GetBool("json") {
-				enc := json.NewEncoder(cmd.OutOrStdout())
-				enc.SetIndent("", "  ")
 				if locks == nil {
 					locks = []supervisor.LockState{}
 				}
-				return enc.Encode(locks)
+				return writeJSON(cmd.OutOrStdout(), locks)
 			}
 			printLocks(cmd.OutOrStdout(), locks)
 			return nil
-		},
+		}),
 	}
-	f := cmd.Flags()
-	f.String("servers", "127.0.0.1:2181", "ensemble members, host:port,...")
-	f.String("root", "/coordrun/locks", "znode folder holding every lock")
-	f.Bool("json", false, "print JSON")
-	f.Duration("timeout", 10*time.Second, "give up after this long")
-	addClientTLSFlags(f)
+	addInspectFlags(cmd, "/coordrun/locks", "znode folder holding every lock")
 	return cmd
 }
 
@@ -57,7 +45,7 @@ func printLocks(w io.Writer, locks []supervisor.LockState) {
 	var warnings []string
 	for _, l := range locks {
 		if s := l.Stopping; s != nil {
-			row(tw, l.Name, "stopping", supervisor.Contender{Node: s.Node, Token: s.Token, Info: s.HolderInfo})
+			row(tw, l.Name, "stopping", recipe.Contender{Node: s.Node, Token: s.Token, Info: s.Info})
 		}
 		switch {
 		case l.Holder == nil && l.Stopping == nil:
@@ -87,7 +75,7 @@ func printLocks(w io.Writer, locks []supervisor.LockState) {
 	}
 }
 
-func row(w io.Writer, lock, role string, c supervisor.Contender) {
+func row(w io.Writer, lock, role string, c recipe.Contender) {
 	since := ""
 	if !c.Info.Since.IsZero() {
 		since = c.Info.Since.Local().Format(time.DateTime)

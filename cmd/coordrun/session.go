@@ -1,0 +1,204 @@
+package main
+
+// Client plumbing shared by the commands: the flags that say where the
+// ensemble is and how to reach it, the session options of the commands
+// that run jobs, and the short session of the commands that inspect or
+// administer.
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/coordrun/coordrun/ensemble/client"
+	"github.com/coordrun/coordrun/ensemble/client/recipe"
+	"github.com/coordrun/coordrun/ensemble/wire"
+	"github.com/coordrun/coordrun/supervisor"
+	"github.com/spf13/cobra"
+	"github.com/spf13/viper"
+)
+
+func splitServers(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// serverFlags reads --servers and the client TLS flags.
+func serverFlags(v *viper.Viper) ([]string, *tls.Config, error) {
+	servers := splitServers(v.GetString("servers"))
+	if len(servers) == 0 {
+		return nil, nil, usageError{errors.New("--servers is empty")}
+	}
+	tc, err := clientTLS(v)
+	if err != nil {
+		return nil, nil, err
+	}
+	return servers, tc, nil
+}
+
+// addSessionFlags adds what every command that holds a session and runs
+// jobs needs: where the ensemble is, and how jobs are stopped when the
+// session's lease runs out.
+func addSessionFlags(cmd *cobra.Command) {
+	f := cmd.Flags()
+	f.String("servers", "127.0.0.1:2181", "ensemble members, host:port,...")
+	f.Duration("session-timeout", 10*time.Second, "session timeout to request")
+	f.Duration("kill-grace", 2*time.Second, "time between SIGTERM and SIGKILL when the lease runs out")
+	f.Duration("drift-margin", 250*time.Millisecond, "safety margin subtracted from every lease, for clock rate differences")
+	f.Duration("zookeeper-margin", 2*time.Second, "extra margin against Apache ZooKeeper, whose followers answer pings on their own")
+	f.StringSlice("auth", nil, "digest credentials user:password (repeatable)")
+	f.String("acl", "", "ACL of the nodes coordrun creates, scheme:id:perms,... (default: the session's identities cdrwa and world:anyone:r with credentials, else open)")
+	f.Bool("shell", false, "run the command through sh -c")
+	f.BoolP("verbose", "v", false, "log more")
+	f.BoolP("quiet", "q", false, "log only errors")
+	f.String("log-format", "text", "log format on stderr: text or json")
+	addClientTLSFlags(f)
+}
+
+// sessionConfig is what the flags of addSessionFlags configure.
+type sessionConfig struct {
+	conn supervisor.ConnOptions
+	job  supervisor.JobOptions
+	log  *slog.Logger
+}
+
+// sessionOptions reads the flags of addSessionFlags, with the job
+// environment, the watchdog binary and signal forwarding set up. The
+// caller must signal.Stop(cfg.job.Signals).
+func sessionOptions(cmd *cobra.Command, v *viper.Viper) (sessionConfig, error) {
+	level := "info"
+	if v.GetBool("verbose") {
+		level = "debug"
+	}
+	if v.GetBool("quiet") {
+		level = "error"
+	}
+	log, err := newLogger(cmd.ErrOrStderr(), v.GetString("log-format"), level)
+	if err != nil {
+		return sessionConfig{}, err
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return sessionConfig{}, err
+	}
+	var auth []client.Auth
+	for _, a := range v.GetStringSlice("auth") {
+		if !strings.Contains(a, ":") {
+			return sessionConfig{}, usageError{fmt.Errorf("--auth %q: want user:password", a)}
+		}
+		auth = append(auth, client.Auth{Scheme: "digest", Secret: []byte(a)})
+	}
+	servers, tlsCfg, err := serverFlags(v)
+	if err != nil {
+		return sessionConfig{}, err
+	}
+	var acl []wire.ACL
+	if s := v.GetString("acl"); s != "" {
+		if acl, err = recipe.ParseACL(s); err != nil {
+			return sessionConfig{}, usageError{fmt.Errorf("--acl: %w", err)}
+		}
+	}
+	// Every signal that would end coordrun goes to the job instead; the
+	// supervisor decides when to stop.
+	sigs := make(chan os.Signal, 8)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2)
+	return sessionConfig{
+		conn: supervisor.ConnOptions{
+			Servers:        servers,
+			SessionTimeout: v.GetDuration("session-timeout"),
+			Auth:           auth,
+			TLS:            tlsCfg,
+			ACL:            acl,
+			DriftMargin:    v.GetDuration("drift-margin"),
+			ExtraMargin:    v.GetDuration("zookeeper-margin"),
+		},
+		job: supervisor.JobOptions{
+			Exe:       exe,
+			Env:       os.Environ(),
+			KillGrace: v.GetDuration("kill-grace"),
+			Signals:   sigs,
+		},
+		log: log,
+	}, nil
+}
+
+// addInspectFlags adds the flags of a command that opens a short session
+// to read or administer: rootUsage describes --root, "" for none.
+func addInspectFlags(cmd *cobra.Command, root, rootUsage string) {
+	f := cmd.Flags()
+	f.String("servers", "127.0.0.1:2181", "ensemble members, host:port,...")
+	if rootUsage != "" {
+		f.String("root", root, rootUsage)
+	}
+	f.Bool("json", false, "print JSON")
+	f.Duration("timeout", 10*time.Second, "give up after this long")
+	addClientTLSFlags(f)
+}
+
+// clientSession is a client command's configuration, its session and its
+// deadline (--timeout).
+type clientSession struct {
+	v      *viper.Viper
+	c      *client.Client
+	ctx    context.Context
+	cancel context.CancelFunc
+}
+
+// connectCommand loads cmd's configuration and opens a session with it
+// from its --servers, --timeout and TLS flags. The context bounds the
+// whole command; close the session when done.
+func connectCommand(cmd *cobra.Command) (*clientSession, error) {
+	v, err := loadConfig(cmd)
+	if err != nil {
+		return nil, err
+	}
+	servers, tlsCfg, err := serverFlags(v)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(cmd.Context(), v.GetDuration("timeout"))
+	c, err := client.Connect(ctx, client.Config{Servers: servers, SessionTimeout: 10 * time.Second, TLS: tlsCfg})
+	if err != nil {
+		cancel()
+		return nil, usageError{fmt.Errorf("connect to %s: %w", v.GetString("servers"), err)}
+	}
+	return &clientSession{v: v, c: c, ctx: ctx, cancel: cancel}, nil
+}
+
+func (s *clientSession) close() {
+	s.c.Close()
+	s.cancel()
+}
+
+// withClient is the RunE of a command that works on a short session:
+// run gets the session, which is closed when run returns.
+func withClient(run func(cmd *cobra.Command, args []string, s *clientSession) error) func(*cobra.Command, []string) error {
+	return func(cmd *cobra.Command, args []string) error {
+		s, err := connectCommand(cmd)
+		if err != nil {
+			return err
+		}
+		defer s.close()
+		return run(cmd, args, s)
+	}
+}
+
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}

@@ -1,0 +1,195 @@
+package supervisor
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"path"
+	"sort"
+	"strconv"
+	"time"
+
+	"github.com/coordrun/coordrun/ensemble/client"
+	"github.com/coordrun/coordrun/ensemble/wire"
+)
+
+// What cron keeps in the ensemble, per job under the cron root:
+//
+//	<root>/<job>                    its definition (CronJobInfo, JSON)
+//	<root>/<job>/firings/<unix s>   a firing's record (FiringRecord), created
+//	                                by the host that claimed it
+//	<root>/<job>/hosts/<host>       an ephemeral node per live host (HolderInfo)
+//	<root>/<job>/lock               the lock the firings run under
+
+// cronPaths are the znode paths of one job.
+type cronPaths struct{ root, job string }
+
+func (p cronPaths) dir() string     { return path.Join(p.root, p.job) }
+func (p cronPaths) firings() string { return path.Join(p.dir(), "firings") }
+func (p cronPaths) hosts() string   { return path.Join(p.dir(), "hosts") }
+func (p cronPaths) lock() string    { return path.Join(p.dir(), "lock") }
+
+// firing is the record of the firing scheduled at t: named by its Unix
+// second, zero-padded so that names sort as times.
+func (p cronPaths) firing(t time.Time) string { return path.Join(p.firings(), firingName(t)) }
+
+// host is the node of a live host.
+func (p cronPaths) host(name string) string { return path.Join(p.hosts(), name) }
+
+func firingName(t time.Time) string { return fmt.Sprintf("%013d", t.Unix()) }
+
+// FiringState is where a firing stands.
+type FiringState string
+
+// States of a firing's record.
+const (
+	FiringClaimed = FiringState("claimed") // a host won the firing
+	FiringRunning = FiringState("running") // its job runs under the lock
+	FiringDone    = FiringState("done")    // its job ended; ExitCode says how
+	// FiringSkipped: overlap skip, the previous run still held the lock.
+	FiringSkipped = FiringState("skipped")
+	// FiringLost: the firing could not run or was stopped (no lock,
+	// session or lock lost, host stopping); Reason says why.
+	FiringLost = FiringState("lost")
+	// FiringUnreadable: the record's data is not a FiringRecord (a reader's
+	// view only; never written).
+	FiringUnreadable = FiringState("unreadable")
+)
+
+// FiringRecord is the data of a firing's node.
+type FiringRecord struct {
+	Job       string      `json:"job"`
+	Scheduled time.Time   `json:"scheduled"`
+	State     FiringState `json:"state"`
+	Reason    string      `json:"reason,omitempty"`
+	Host      string      `json:"host"`
+	PID       int         `json:"pid"`
+	Nonce     string      `json:"nonce"`
+	Claimed   time.Time   `json:"claimed"`
+	Token     int64       `json:"token,omitempty"`
+	Start     time.Time   `json:"start,omitzero"`
+	End       time.Time   `json:"end,omitzero"`
+	ExitCode  *int        `json:"exit_code,omitempty"`
+}
+
+// CronJobInfo is what a cron process publishes about a job, for
+// `coordrun cron list`.
+type CronJobInfo struct {
+	Name     string   `json:"name"`
+	Schedule string   `json:"schedule"`
+	TZ       string   `json:"tz,omitempty"`
+	Command  []string `json:"command"`
+	Overlap  string   `json:"overlap"`
+	CatchUp  string   `json:"catch_up,omitempty"`
+}
+
+func jobInfo(j *CronJob) CronJobInfo {
+	info := CronJobInfo{Name: j.Name, Schedule: j.Spec, TZ: j.TZ, Command: j.Argv, Overlap: j.Overlap}
+	if j.CatchUp > 0 {
+		info.CatchUp = j.CatchUp.String()
+	}
+	return info
+}
+
+// writeRecord writes a firing's record and returns the node's new
+// version.
+func writeRecord(ctx context.Context, c *client.Client, node string, rec *FiringRecord) (int32, error) {
+	b, _ := json.Marshal(rec)
+	st, err := c.Set(ctx, node, b, -1)
+	if err != nil {
+		return -1, err
+	}
+	return st.Version, nil
+}
+
+// pruneHorizon is how long a firing's record is kept whatever the history
+// setting: the record is what stops a host whose clock lags from running
+// the firing again, so host clocks must agree to within this.
+const pruneHorizon = time.Hour
+
+// pruneFirings deletes the oldest firing records beyond the newest keep,
+// stopping at the first scheduled at or after oldest.
+func pruneFirings(ctx context.Context, c *client.Client, p cronPaths, keep int, oldest time.Time) {
+	kids, _, err := c.Children(ctx, p.firings())
+	if err != nil || len(kids) <= keep {
+		return
+	}
+	sort.Strings(kids)
+	for _, k := range kids[:len(kids)-keep] {
+		if secs, err := strconv.ParseInt(k, 10, 64); err != nil || secs >= oldest.Unix() {
+			break
+		}
+		_ = c.Delete(ctx, path.Join(p.firings(), k), -1)
+	}
+}
+
+// CronHistory reads a job's firing records, oldest first.
+func CronHistory(ctx context.Context, c *client.Client, root, job string) ([]FiringRecord, error) {
+	p := cronPaths{root: root, job: job}
+	kids, _, err := c.Children(ctx, p.firings())
+	if errors.Is(err, wire.ErrNoNode) {
+		return nil, fmt.Errorf("no cron job %q under %s", job, root)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("job %s: %w", job, err)
+	}
+	sort.Strings(kids)
+	out := make([]FiringRecord, 0, len(kids))
+	for _, k := range kids {
+		b, _, err := c.Get(ctx, path.Join(p.firings(), k))
+		if errors.Is(err, wire.ErrNoNode) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		var r FiringRecord
+		if err := json.Unmarshal(b, &r); err != nil {
+			secs, _ := strconv.ParseInt(k, 10, 64)
+			r = FiringRecord{Job: job, Scheduled: time.Unix(secs, 0).UTC(), State: FiringUnreadable}
+		}
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+// CronJobs lists the jobs registered under root with their definitions
+// and live hosts.
+func CronJobs(ctx context.Context, c *client.Client, root string) ([]CronJobInfo, map[string][]HolderInfo, error) {
+	kids, _, err := c.Children(ctx, root)
+	if errors.Is(err, wire.ErrNoNode) {
+		return nil, nil, nil
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	sort.Strings(kids)
+	var jobs []CronJobInfo
+	hosts := map[string][]HolderInfo{}
+	for _, k := range kids {
+		p := cronPaths{root: root, job: k}
+		b, _, err := c.Get(ctx, p.dir())
+		if err != nil {
+			continue
+		}
+		var info CronJobInfo
+		if json.Unmarshal(b, &info) != nil {
+			continue
+		}
+		jobs = append(jobs, info)
+		hk, _, _ := c.Children(ctx, p.hosts())
+		sort.Strings(hk)
+		for _, h := range hk {
+			hb, _, err := c.Get(ctx, p.host(h))
+			if err != nil {
+				continue
+			}
+			var hi HolderInfo
+			if json.Unmarshal(hb, &hi) == nil {
+				hosts[info.Name] = append(hosts[info.Name], hi)
+			}
+		}
+	}
+	return jobs, hosts, nil
+}

@@ -1,0 +1,104 @@
+package supervisor
+
+import (
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/coordrun/coordrun/ensemble/client"
+	"github.com/coordrun/coordrun/ensemble/wire"
+)
+
+// ConnOptions say how a supervisor reaches the ensemble, what its lease is
+// worth, and what the nodes it creates look like.
+type ConnOptions struct {
+	Servers        []string
+	SessionTimeout time.Duration
+	Auth           []client.Auth
+	TLS            *tls.Config
+	DriftMargin    time.Duration // subtracted from every lease, for clock rate differences
+	// ExtraMargin is added to DriftMargin when the ensemble is Apache
+	// ZooKeeper, whose followers answer pings without the leader.
+	ExtraMargin time.Duration
+	// ACL is set on every node coordrun creates. Nil: the session's
+	// authenticated identities (--auth, a client certificate) get every
+	// permission and world:anyone may read; without credentials, the
+	// open ACL, with a warning.
+	ACL []wire.ACL
+}
+
+// JobOptions say how jobs are started, signalled and stopped.
+type JobOptions struct {
+	Exe       string         // the coordrun binary, which runs the watchdog
+	Env       []string       // the jobs' environment, without coordrun's variables
+	KillGrace time.Duration  // SIGTERM to SIGKILL
+	Signals   chan os.Signal // terminating and user signals to forward
+}
+
+// LockOptions say which lock a run takes and how it waits for it.
+type LockOptions struct {
+	Root      string        // folder of all locks, e.g. /coordrun/locks
+	Name      string        // the lock's name
+	LockDelay time.Duration // wait after a predecessor's session ended uncleanly
+	Timeout   time.Duration // longest wait for the lock; 0 waits forever
+	Try       bool          // do not wait at all
+}
+
+// Options configure one supervised run.
+type Options struct {
+	ConnOptions
+	JobOptions
+	LockOptions
+	Argv   []string // the job
+	Log    *slog.Logger
+	Status io.Writer // where the waiting status goes (stderr)
+	TTY    bool      // Status is a terminal: redraw one status line
+}
+
+// Validate checks the run's command, its lock and the timing constraints:
+// the job must survive an ordinary ping gap, so the grace and margin must
+// leave room for it.
+func (o *Options) Validate() error {
+	if len(o.Argv) == 0 {
+		return errors.New("no command given")
+	}
+	if !validName(o.Name) {
+		return fmt.Errorf("bad lock name %q", o.Name)
+	}
+	if !validRoot(o.Root) {
+		return fmt.Errorf("lock root %q must be an absolute znode path", o.Root)
+	}
+	if o.LockDelay < 0 || o.Timeout < 0 {
+		return errNegative
+	}
+	return checkTiming(o.ConnOptions, o.JobOptions)
+}
+
+var errNegative = errors.New("durations must not be negative, and the session timeout must be positive")
+
+// checkTiming checks the durations of a session that runs jobs.
+func checkTiming(c ConnOptions, j JobOptions) error {
+	if c.SessionTimeout <= 0 || j.KillGrace < 0 || c.DriftMargin < 0 {
+		return errNegative
+	}
+	if budget := c.SessionTimeout / 2; j.KillGrace+c.DriftMargin+killSlack > budget {
+		return fmt.Errorf("--kill-grace %v + drift margin %v must stay under half the session timeout (%v)", j.KillGrace, c.DriftMargin, budget)
+	}
+	return nil
+}
+
+// validName reports whether s may name a lock or a cron job: one znode
+// name.
+func validName(s string) bool {
+	return s != "" && !strings.ContainsAny(s, "/\x00") && s != "." && s != ".."
+}
+
+// validRoot reports whether s is an absolute znode path.
+func validRoot(s string) bool {
+	return strings.HasPrefix(s, "/") && (len(s) == 1 || !strings.HasSuffix(s, "/"))
+}

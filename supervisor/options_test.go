@@ -1,0 +1,97 @@
+package supervisor
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestOptionsValidate(t *testing.T) {
+	ok := func() Options {
+		return Options{
+			ConnOptions: ConnOptions{Servers: []string{"127.0.0.1:2181"}, SessionTimeout: 10 * time.Second, DriftMargin: 250 * time.Millisecond},
+			JobOptions:  JobOptions{KillGrace: 2 * time.Second},
+			LockOptions: LockOptions{Root: "/coordrun/locks", Name: "nightly"},
+			Argv:        []string{"true"},
+		}
+	}
+	for _, c := range []struct {
+		name   string
+		change func(*Options)
+		err    string // "" for valid
+	}{
+		{"defaults", func(*Options) {}, ""},
+		{"root /", func(o *Options) { o.Root = "/" }, ""},
+		{"no command", func(o *Options) { o.Argv = nil }, "no command given"},
+		{"empty name", func(o *Options) { o.Name = "" }, `bad lock name ""`},
+		{"name with slash", func(o *Options) { o.Name = "a/b" }, `bad lock name "a/b"`},
+		{"name dot", func(o *Options) { o.Name = "." }, `bad lock name "."`},
+		{"name NUL", func(o *Options) { o.Name = "a\x00" }, "bad lock name"},
+		{"relative root", func(o *Options) { o.Root = "coordrun" }, `lock root "coordrun" must be an absolute znode path`},
+		{"root trailing slash", func(o *Options) { o.Root = "/coordrun/" }, "absolute znode path"},
+		{"no session timeout", func(o *Options) { o.SessionTimeout = 0 }, "session timeout must be positive"},
+		{"negative grace", func(o *Options) { o.KillGrace = -1 }, "must not be negative"},
+		{"negative drift", func(o *Options) { o.DriftMargin = -1 }, "must not be negative"},
+		{"negative lock delay", func(o *Options) { o.LockDelay = -1 }, "must not be negative"},
+		{"negative timeout", func(o *Options) { o.Timeout = -1 }, "must not be negative"},
+		// Grace, margin and the kill's slack must stay under half the
+		// session timeout: 2s + 250ms + 100ms < 5s.
+		{"grace at the budget", func(o *Options) { o.KillGrace = 5*time.Second - 350*time.Millisecond }, ""},
+		{"grace over the budget", func(o *Options) { o.KillGrace = 5*time.Second - 349*time.Millisecond }, "must stay under half the session timeout (5s)"},
+		{"short session", func(o *Options) { o.SessionTimeout = 4 * time.Second }, "--kill-grace 2s + drift margin 250ms"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			o := ok()
+			c.change(&o)
+			err := o.Validate()
+			switch {
+			case c.err == "" && err != nil:
+				t.Errorf("Validate: %v", err)
+			case c.err != "" && (err == nil || !strings.Contains(err.Error(), c.err)):
+				t.Errorf("Validate = %v, want an error with %q", err, c.err)
+			}
+		})
+	}
+}
+
+func TestCronOptionsValidate(t *testing.T) {
+	job := func(name string) *CronJob { return &CronJob{Name: name, Spec: "@every 1s", Argv: []string{"true"}} }
+	ok := func() CronOptions {
+		return CronOptions{
+			ConnOptions: ConnOptions{SessionTimeout: 10 * time.Second},
+			JobOptions:  JobOptions{KillGrace: 2 * time.Second},
+			Root:        "/coordrun/cron",
+			Jobs:        []*CronJob{job("a"), job("b")},
+		}
+	}
+	for _, c := range []struct {
+		name   string
+		change func(*CronOptions)
+		err    string
+	}{
+		{"defaults", func(*CronOptions) {}, ""},
+		{"no jobs", func(o *CronOptions) { o.Jobs = nil }, "no jobs"},
+		{"a bad job", func(o *CronOptions) { o.Jobs[1].Spec = "@every 0s" }, "job b: schedule"},
+		{"a job twice", func(o *CronOptions) { o.Jobs = append(o.Jobs, job("a")) }, "job a defined twice"},
+		{"relative root", func(o *CronOptions) { o.Root = "cron" }, `cron root "cron" must be an absolute znode path`},
+		{"timing", func(o *CronOptions) { o.KillGrace = 5 * time.Second }, "must stay under half the session timeout"},
+		{"no session timeout", func(o *CronOptions) { o.SessionTimeout = 0 }, "session timeout must be positive"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			o := ok()
+			c.change(&o)
+			err := o.Validate()
+			switch {
+			case c.err == "" && err != nil:
+				t.Errorf("Validate: %v", err)
+			case c.err != "" && (err == nil || !strings.Contains(err.Error(), c.err)):
+				t.Errorf("Validate = %v, want an error with %q", err, c.err)
+			}
+		})
+	}
+	// Validate fills in each job's defaults.
+	o := ok()
+	if err := o.Validate(); err != nil || o.Jobs[0].Overlap != OverlapSkip || o.Jobs[0].History != 100 {
+		t.Errorf("after Validate (%v): job %+v", err, o.Jobs[0])
+	}
+}
