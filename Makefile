@@ -36,7 +36,7 @@ demo: build
 # Throughput and latency of a 3-member loopback ensemble, with Apache
 # ZooKeeper alongside when installed.
 bench: build
-	$(GO) run ./ensemble/bench -bin $(BIN)
+	$(GO) run ./internal/bench -bin $(BIN)
 
 # The same workloads against coordrun, Apache ZooKeeper (Debian: zookeeper),
 # etcd (Debian: etcd-server) and bare hashicorp/raft in one run; a table,
@@ -46,7 +46,7 @@ bench: build
 BENCH_OUT   ?= bench-out
 BENCH_FLAGS ?=
 bench-compare: build
-	$(GO) run ./ensemble/bench -bin $(BIN) -compare -out $(BENCH_OUT) $(BENCH_FLAGS)
+	$(GO) run ./internal/bench -bin $(BIN) -compare -out $(BENCH_OUT) $(BENCH_FLAGS)
 
 # Fault injection with history checks, longer than the short runs inside
 # `make test`: CHAOS_DURATION per test, CHAOS_MEMBERS members; a failing

@@ -23,7 +23,7 @@
 //
 // Usage (make bench):
 //
-//	go run ./ensemble/bench -bin bin/coordrun [-zk=false] [-workloads kv|lock|all] [-duration 5s] [-json FILE]
+//	go run ./internal/bench -bin bin/coordrun [-zk=false] [-workloads kv|lock|all] [-duration 5s] [-json FILE]
 //
 // With -compare (make bench-compare) it measures coordrun against
 // ZooKeeper, etcd and bare raft instead; see compare.go.
