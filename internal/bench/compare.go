@@ -15,8 +15,9 @@ package main
 //     etcd's linearizable Get, for reference;
 //   - mix x-clients: every 10th request a write, the rest reads;
 //   - pred xN, herd xN: lock handoff with N waiters, predecessor-watch
-//     recipe (etcd: concurrency.Mutex) and the herd recipe, in-process,
-//     measuring at most -max-handoffs handoffs of the queue;
+//     recipe (coordrun, ZooKeeper: the recipe package's lock queue, run
+//     node included; etcd: concurrency.Mutex) and the herd recipe,
+//     in-process, measuring at most -max-handoffs handoffs of the queue;
 //   - run xN: handoff through the real `coordrun run` binary (coordrun and
 //     ZooKeeper only; lock.go);
 //   - crash T: holder killed, time until the next holder (lock.go; etcd:
@@ -476,12 +477,18 @@ func etcdWriterFor(value []byte) func(context.Context, string, bool) (writer, er
 	}
 }
 
-// goLock is an in-process lock run on any system.
+// goLock is an in-process lock run on any system: etcd's own recipes
+// through its client; on coordrun and ZooKeeper the recipe package's lock
+// queue through the coordrun client ("pred") and the naive herd through
+// go-zookeeper.
 func goLock(ctx context.Context, s *system, recipe string, n, limit int) (handoffResult, error) {
-	if s.name == "etcd" {
+	switch {
+	case s.name == "etcd":
 		return runEtcdLock(ctx, s, recipe, n, limit)
+	case recipe == "pred":
+		return runRecipeLock(ctx, s, n, limit)
 	}
-	return runGoLock(ctx, s, recipe, n, limit)
+	return runHerdLock(ctx, s, n, limit)
 }
 
 // crashSeries is crashRepeats crash runs of s at session timeout t.
@@ -616,8 +623,9 @@ func (rep *compareReport) print(out io.Writer) {
 write: setData (coordrun, zookeeper; go-zookeeper) / Put (etcd; clientv3) / Apply on the leader (raft); read: getData / serializable Get
 (both answered by the member the client is on); read-lin: etcd's linearizable Get; mix: 1 write in 10; one session/client per client,
 dealt over the members followers first. pred/herd xN: N waiters, at most the first -max-handoffs handoffs measured; pred = predecessor
-watch (etcd: concurrency.Mutex), herd = all watch the folder/prefix; run xN: through the real coordrun run binary. notif/release:
-watch notifications the members sent (coordrun, zookeeper: mntr) or etcd's clients received, per release that had a waiter.
+watch (coordrun, zookeeper: the lock recipe with its run node; etcd: concurrency.Mutex), herd = all watch the folder/prefix; run xN:
+through the real coordrun run binary. notif/release: watch notifications the members sent (coordrun, zookeeper: mntr) or etcd's
+clients received, per release that had a waiter.
 Ratios are coordrun's value over the other's: above 1 is better for "higher" metrics, below 1 for "lower" ones.`)
 	fmt.Fprintln(out)
 	names := rep.systemNames()

@@ -14,8 +14,9 @@ package main
 //     exits. A handoff is the next job's first reading minus the previous
 //     job's last one: the previous holder's watchdog reaping it, the
 //     supervisor's release (a multi), the watch notification, the next
-//     supervisor's re-check (getChildren), its markHeld (getData+setData),
-//     and the exec of its watchdog and of the job. Reported: p50/p99,
+//     supervisor's re-check (getChildren, the folder's getData alongside),
+//     its take (a multi that creates the run node and records the hold),
+//     and the start of the job by its watchdog, started ahead. Reported: p50/p99,
 //     handoffs/s (N-1 handoffs over the first to the last job's start), and
 //     overlaps (a job starting before its predecessor ended: must be 0).
 //   - notif/release: watch notifications the members sent during the run
@@ -23,13 +24,14 @@ package main
 //     zk_sum_node_*_watch_count summaries of watchers triggered, where
 //     present), summed over the members, divided by the releases that had
 //     a waiter (the gate's and the first N-1 jobs').
-//   - pred xN / herd xN: the same gate-and-queue run in this process with
-//     go-zookeeper sessions, no processes: "pred" is the recipe the
-//     supervisor uses (watch the predecessor), "herd" the naive one (every
-//     waiter watches the folder's children, so every release wakes all of
-//     them). Their handoff is from the holder issuing its delete to the
-//     next holder seeing it holds; pred is the ensemble's floor under the
-//     real binary's handoff.
+//   - pred xN / herd xN: the same gate-and-queue run in this process, no
+//     processes: "pred" is the recipe package's lock queue, the one the
+//     supervisor uses (watch the predecessor, take the run node), through
+//     the coordrun client (recipelock.go); "herd" the naive recipe through
+//     go-zookeeper (every waiter watches the folder's children, so every
+//     release wakes all of them). Their handoff is from the holder seeing
+//     it holds, just before it releases, to the next holder seeing it
+//     holds; pred is the ensemble's floor under the real binary's handoff.
 //   - crash T: supervisor A runs a job that sleeps; B queues behind it; the
 //     harness finds the holder's pid with `coordrun status --json`, kills
 //     it with SIGKILL and times until B's job starts, reported also less
@@ -605,16 +607,17 @@ func (e *lockEnv) watchHandoff(ctx context.Context, c *zk.Conn, dir string, proc
 // errStopped ends a waiter that is no longer measured.
 var errStopped = errors.New("measurement over")
 
-// runGoLock is one handoff run of n go-zookeeper sessions in this process
-// with recipe "pred" or "herd", measuring the first limit holders (all
-// when limit <= 0). The limit-th holder keeps the lock, and the waiters
-// behind it stop.
-func runGoLock(ctx context.Context, s *system, recipe string, n, limit int) (handoffResult, error) {
-	res := handoffResult{Workload: recipe, System: s.name, Waiters: n}
+// runHerdLock is one handoff run of n go-zookeeper sessions in this
+// process with the naive "herd" recipe: every waiter watches the folder's
+// children, so every release wakes all of them. It measures the first
+// limit holders (all when limit <= 0); the limit-th holder keeps the lock,
+// and the waiters behind it stop.
+func runHerdLock(ctx context.Context, s *system, n, limit int) (handoffResult, error) {
+	res := handoffResult{Workload: "herd", System: s.name, Waiters: n}
 	if limit <= 0 || limit > n {
 		limit = n
 	}
-	dir := fmt.Sprintf("/bench-lock/%s-%d", recipe, n)
+	dir := fmt.Sprintf("/bench-lock/herd-%d", n)
 	order := s.clientOrder()
 	c, err := connect(ctx, order[0])
 	if err != nil {
@@ -642,56 +645,35 @@ func runGoLock(ctx context.Context, s *system, recipe string, n, limit int) (han
 	}); err != nil {
 		return res, err
 	}
-	// check re-reads the queue, reports whether i holds, and otherwise
-	// returns the watch to wait on (nil: look again at once) and what it
-	// watches (herd: the child list it saw; pred: the predecessor).
+	sorted := func(kids []string) []string {
+		slices.SortFunc(kids, func(a, b string) int { return strings.Compare(seqSuffix(a), seqSuffix(b)) })
+		return kids
+	}
+	// check re-reads the queue with a watch on it, reports whether i
+	// holds, and otherwise returns the watch and the child list it saw.
 	check := func(i int) (bool, <-chan zk.Event, string, error) {
-		var kids []string
-		var ch <-chan zk.Event
-		var err error
-		if recipe == "herd" {
-			kids, _, ch, err = conns[i].ChildrenW(dir)
-		} else {
-			kids, _, err = conns[i].Children(dir)
-		}
+		kids, _, ch, err := conns[i].ChildrenW(dir)
 		if err != nil {
 			return false, nil, "", err
 		}
-		slices.SortFunc(kids, func(a, b string) int { return strings.Compare(seqSuffix(a), seqSuffix(b)) })
-		me := strings.TrimPrefix(nodes[i], dir+"/")
-		pos := slices.Index(kids, me)
+		kids = sorted(kids)
+		pos := slices.Index(kids, strings.TrimPrefix(nodes[i], dir+"/"))
 		if pos < 0 {
 			return false, nil, "", fmt.Errorf("%s vanished", nodes[i])
 		}
-		if pos == 0 {
-			return true, nil, "", nil
-		}
-		if recipe == "herd" {
-			return false, ch, strings.Join(kids, ","), nil
-		}
-		pred := dir + "/" + kids[pos-1]
-		ok, _, ch, err := conns[i].ExistsW(pred)
-		if err != nil || !ok {
-			return false, nil, "", err
-		}
-		return false, ch, pred, nil
+		return pos == 0, ch, strings.Join(kids, ","), nil
 	}
-	// changed reports whether what a watch was armed on has changed, so
-	// that the watch must have fired.
+	// changed reports whether the child list differs from the one a watch
+	// was armed on, so that the watch must have fired.
 	changed := func(i int, watched string) (bool, error) {
-		if recipe == "herd" {
-			kids, _, err := conns[i].Children(dir)
-			slices.SortFunc(kids, func(a, b string) int { return strings.Compare(seqSuffix(a), seqSuffix(b)) })
-			return err == nil && strings.Join(kids, ",") != watched, err
-		}
-		ok, _, err := conns[i].Exists(watched)
-		return err == nil && !ok, err
+		kids, _, err := conns[i].Children(dir)
+		return err == nil && strings.Join(sorted(kids), ",") != watched, err
 	}
 	watches := make([]<-chan zk.Event, n)
 	watched := make([]string, n)
 	if err := parallel(n, func(i int) error {
 		held, ch, what, err := check(i)
-		if err == nil && (held || ch == nil) {
+		if err == nil && held {
 			err = fmt.Errorf("%s: queue changed before the gate opened", nodes[i])
 		}
 		watches[i], watched[i] = ch, what
@@ -1053,7 +1035,7 @@ func runLock(ctx context.Context, cfg config, systems []*system, root string) (*
 		for _, n := range handoffWaiters {
 			for _, s := range systems {
 				fmt.Fprintf(os.Stderr, "in-process %s lock x%d on %s ...\n", recipe, n, s.name)
-				r, err := runGoLock(ctx, s, recipe, n, 0)
+				r, err := goLock(ctx, s, recipe, n, 0)
 				if err != nil {
 					return nil, fmt.Errorf("%s: %s x%d: %w", s.name, recipe, n, err)
 				}
@@ -1090,7 +1072,7 @@ func runLock(ctx context.Context, cfg config, systems []*system, root string) (*
 
 func (r *lockReport) print(out *os.File) {
 	fmt.Fprintf(out, "\nlock: handoff = previous job's end to the next job's start; job = %s\n", r.Job)
-	fmt.Fprintln(out, "  handoff xN: N `coordrun run --session-timeout 10s` queued behind a gate; pred/herd xN: go-zookeeper sessions in-process, predecessor vs. herd recipe")
+	fmt.Fprintln(out, "  handoff xN: N `coordrun run --session-timeout 10s` queued behind a gate; pred/herd xN: sessions in-process, the lock recipe (coordrun client) vs. the herd recipe (go-zookeeper)")
 	fmt.Fprintln(out, "  notif/rel: watch notifications sent by all members / releases that had a waiter (N)")
 	fmt.Fprintf(out, "  lost wake-ups: waiters whose watch should have fired but that heard nothing for %v; rescued, and left out of the latencies\n", stallAfter)
 	fmt.Fprintln(out)
