@@ -71,7 +71,7 @@ func TestParseSchedule(t *testing.T) {
 
 func TestStripTZ(t *testing.T) {
 	for in, want := range map[string]string{
-		"CRON_TZ=UTC @every 5s": "@every 5s",
+		"CRON_TZ=UTC @every 5s":      "@every 5s",
 		"TZ=Europe/Berlin 0 3 * * *": "0 3 * * *",
 		"  CRON_TZ=UTC 0 * * * *":    "0 * * * *",
 		"0 3 * * *":                  "0 3 * * *",

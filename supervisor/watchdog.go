@@ -69,6 +69,33 @@ type WatchdogConfig struct {
 func RunWatchdog(cfg WatchdogConfig) int {
 	// Adopt orphaned grandchildren so none outlives the job unseen.
 	_ = unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+	sigs := guardSignals()
+	ctrl := readLines(cfg.Control)
+	deadline := cfg.Deadline
+	if cfg.Armed {
+		// The first process start of a Go program probes for pidfd
+		// support with a throwaway clone; looking up a process runs the
+		// same one-time probe, so it is paid now rather than after Go.
+		_, _ = os.FindProcess(os.Getpid())
+		var ok bool
+		if deadline, ok = awaitGo(ctrl, sigs); !ok {
+			// Disarmed, or the supervisor is gone: nothing ran.
+			send(cfg.Report, report{kind: reportExited, result: JobResult{Reason: ReasonOrphaned}})
+			return 0
+		}
+	}
+	cmd, code := startJob(cfg.Argv)
+	if cmd == nil {
+		send(cfg.Report, report{kind: reportExited, result: JobResult{Code: code, Reason: ReasonExit}})
+		return code
+	}
+	send(cfg.Report, report{kind: reportStarted, pid: cmd.Process.Pid})
+	return guard(cmd, &killPlan{deadline: deadline, grace: cfg.Grace}, ctrl, sigs, cfg.Report)
+}
+
+// guardSignals sets up the watchdog's signals and returns the ones that
+// make it stop the job.
+func guardSignals() <-chan os.Signal {
 	sigs := make(chan os.Signal, 8)
 	// TERM arrives from PR_SET_PDEATHSIG when the supervisor dies, or from
 	// a service manager stopping everything. Terminal signals are the
@@ -83,51 +110,48 @@ func RunWatchdog(cfg WatchdogConfig) int {
 		for range terminal {
 		}
 	}()
+	return sigs
+}
 
-	ctrl := make(chan string, 16)
+// readLines delivers r's lines until its EOF, then closes the channel.
+func readLines(r io.Reader) <-chan string {
+	out := make(chan string, 16)
 	go func() {
-		sc := bufio.NewScanner(cfg.Control)
+		sc := bufio.NewScanner(r)
 		for sc.Scan() {
-			ctrl <- sc.Text()
+			out <- sc.Text()
 		}
-		close(ctrl)
+		close(out)
 	}()
-	deadline := cfg.Deadline
-	if cfg.Armed {
-		// The first process start of a Go program probes for pidfd
-		// support with a throwaway clone; looking up a process runs the
-		// same one-time probe, so it is paid now rather than after Go.
-		_, _ = os.FindProcess(os.Getpid())
-		var ok bool
-		if deadline, ok = awaitGo(ctrl, sigs); !ok {
-			// Disarmed, or the supervisor is gone: nothing ran.
-			send(cfg.Report, report{kind: reportExited, result: JobResult{Reason: ReasonOrphaned}})
-			return 0
-		}
-	}
+	return out
+}
 
-	cmd := exec.Command(cfg.Argv[0], cfg.Argv[1:]...)
+// startJob starts argv in its own process group, or returns the exit code
+// of a job that could not start (126, or 127 when it is not found).
+func startJob(argv []string) (*exec.Cmd, int) {
+	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
-		fmt.Fprintf(os.Stderr, "coordrun: cannot start %s: %v\n", cfg.Argv[0], err)
-		code := 126
+		fmt.Fprintf(os.Stderr, "coordrun: cannot start %s: %v\n", argv[0], err)
 		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, os.ErrNotExist) {
-			code = 127
+			return nil, 127
 		}
-		send(cfg.Report, report{kind: reportExited, result: JobResult{Code: code, Reason: ReasonExit}})
-		return code
+		return nil, 126
 	}
-	pgid := cmd.Process.Pid
-	send(cfg.Report, report{kind: reportStarted, pid: pgid})
+	return cmd, 0
+}
 
+// guard signals the started job's group as plan says, takes the
+// supervisor's control messages and the stop signals, and reports the
+// job's end once it and its group are gone.
+func guard(cmd *exec.Cmd, plan *killPlan, ctrl <-chan string, sigs <-chan os.Signal, rep io.Writer) int {
+	pgid := cmd.Process.Pid
 	exited := make(chan syscall.WaitStatus, 1)
 	go func() {
 		_ = cmd.Wait()
 		exited <- cmd.ProcessState.Sys().(syscall.WaitStatus)
 	}()
-
-	plan := killPlan{deadline: deadline, grace: cfg.Grace}
 	group := func(sig syscall.Signal) {
 		if sig != 0 {
 			_ = syscall.Kill(-pgid, sig)
@@ -145,7 +169,7 @@ func RunWatchdog(cfg WatchdogConfig) int {
 			group(syscall.SIGKILL)
 			reapOrphans()
 			code, sig := exitCode(ws)
-			send(cfg.Report, report{kind: reportExited, result: JobResult{Code: code, Signal: sig, Reason: plan.exitReason(BoottimeNow())}})
+			send(rep, report{kind: reportExited, result: JobResult{Code: code, Signal: sig, Reason: plan.exitReason(BoottimeNow())}})
 			return code
 		case line, ok := <-ctrl:
 			if !ok {

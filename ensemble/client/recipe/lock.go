@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"path"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -194,113 +195,111 @@ func (e *Entry) acquire(ctx context.Context, try bool, onStatus func(Status)) er
 		last = st
 	}
 	for {
-		var (
-			kids   []string
-			rec    []byte
-			kerr   error
-			recErr error
-			wg     sync.WaitGroup
-		)
-		// The folder's record is needed only if we turn out lowest; it is
-		// read alongside the listing so the handoff costs one round trip
-		// before the multi, not two.
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			rec, _, recErr = e.c.Get(ctx, e.dir)
-		}()
-		kids, _, kerr = e.c.Children(ctx, e.dir)
-		wg.Wait()
-		if kerr != nil {
+		kids, rec, recErr, err := e.listing(ctx)
+		if err != nil {
 			switch {
-			case errors.Is(kerr, client.ErrConnectionLoss):
+			case errors.Is(err, client.ErrConnectionLoss):
 				continue
-			case errors.Is(kerr, wire.ErrNoNode):
+			case errors.Is(err, wire.ErrNoNode):
 				// The whole folder went (deleteall), our node with it.
 				if err := e.rejoin(ctx, evidenceFolderGone); err != nil {
 					return err
 				}
 				continue
 			}
-			return fmt.Errorf("list %s: %w", e.dir, kerr)
+			return fmt.Errorf("list %s: %w", e.dir, err)
 		}
 		q := sortQueue(kids)
-		me := path.Base(e.node)
-		pos := -1
-		for i, k := range q {
-			if k == me {
-				pos = i
-			}
-		}
-		if pos < 0 {
+		pos := slices.Index(q, path.Base(e.node))
+		switch {
+		case pos < 0:
 			if err := e.rejoin(ctx, evidenceOwnNodeGone); err != nil {
 				return err
 			}
-			continue
-		}
-		if pos > 0 {
-			st, err := e.waiterStatus(ctx, q, pos, rec)
-			if err != nil {
-				if errors.Is(err, client.ErrConnectionLoss) {
-					continue
-				}
+		case pos > 0:
+			if err := e.waitBehind(ctx, q, pos, rec, try, report); err != nil {
 				return err
 			}
-			report(st)
-			if try {
-				return ErrNotAcquired
-			}
-			if err := e.awaitGone(ctx, path.Join(e.dir, q[pos-1])); err != nil {
-				return err
-			}
-			continue
-		}
-		if recErr != nil && !errors.Is(recErr, client.ErrConnectionLoss) {
+		case recErr != nil && !errors.Is(recErr, client.ErrConnectionLoss):
 			return fmt.Errorf("read %s: %w", e.dir, recErr)
-		}
-		if recErr != nil {
-			continue
-		}
-		if s := e.suspect; s.blocks(string(rec), time.Now()) {
-			// The previous holder's work may still run. Wait for it to
-			// record its release (it does once its work is over, unless
-			// someone took the lock since), or for its work to be over
-			// whatever happened, before taking: taking would write the
-			// record over.
-			st := Status{Position: 0, Length: len(q), HolderNode: s.owner, Holder: e.lastHolder.Info, Stopping: true}
-			report(st)
-			if try {
-				return ErrNotAcquired
-			}
-			if err := e.awaitRecord(ctx, s.until); err != nil {
+		case recErr == nil:
+			if held, err := e.atHead(ctx, q, string(rec), try, report); held || err != nil {
 				return err
 			}
-			continue
-		}
-		ok, busy, err := e.take(ctx, string(rec))
-		if err != nil {
-			return err
-		}
-		if ok {
-			report(Status{Position: 0, Length: len(q), HolderNode: me, Holder: e.runInfo(false).Info})
-			return nil
-		}
-		if busy == nil {
-			continue // our node went, or the run node just did: look again
-		}
-		// The previous holder still runs; wait for its run node.
-		if orphanedRun(busy.info.Node, q) {
-			e.suspectHolder(busy.info.Node, busy.info.Info, evidenceRunOrphaned)
-		}
-		e.lastHolder = busy.info
-		report(Status{Position: 0, Length: len(q), HolderNode: busy.info.Node, Holder: busy.info.Info, Stopping: true})
-		if try {
-			return ErrNotAcquired
-		}
-		if err := e.awaitEvent(ctx, busy.ch); err != nil {
-			return err
 		}
 	}
+}
+
+// listing reads the folder's children and, alongside, its record: the
+// record is needed only if we turn out lowest, and reading both at once
+// keeps the handoff at one round trip before the take.
+func (e *Entry) listing(ctx context.Context) (kids []string, rec []byte, recErr, err error) {
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		rec, _, recErr = e.c.Get(ctx, e.dir)
+	}()
+	kids, _, err = e.c.Children(ctx, e.dir)
+	wg.Wait()
+	return kids, rec, recErr, err
+}
+
+// waitBehind is a waiter's turn at pos > 0 of queue q: report who holds,
+// then wait until the predecessor goes (or, trying, give up).
+func (e *Entry) waitBehind(ctx context.Context, q []string, pos int, rec []byte, try bool, report func(Status)) error {
+	st, err := e.waiterStatus(ctx, q, pos, rec)
+	if err != nil {
+		if errors.Is(err, client.ErrConnectionLoss) {
+			return nil
+		}
+		return err
+	}
+	report(st)
+	if try {
+		return ErrNotAcquired
+	}
+	return e.awaitGone(ctx, path.Join(e.dir, q[pos-1]))
+}
+
+// atHead is the turn of the queue's head, which found the folder's record
+// rec: take the lock, or wait for a previous holder whose work may still
+// go on (or, trying, give up). held reports the lock taken; neither held nor
+// an error means look again.
+func (e *Entry) atHead(ctx context.Context, q []string, rec string, try bool, report func(Status)) (held bool, err error) {
+	if s := e.suspect; s.blocks(rec, time.Now()) {
+		// The previous holder's work may still go on. Wait for it to
+		// record its release (it does once its work is over, unless
+		// someone took the lock since), or for its work to be over
+		// whatever happened, before taking: taking would write the record
+		// over.
+		report(Status{Position: 0, Length: len(q), HolderNode: s.owner, Holder: e.lastHolder.Info, Stopping: true})
+		if try {
+			return false, ErrNotAcquired
+		}
+		return false, e.awaitRecord(ctx, s.until)
+	}
+	ok, busy, err := e.take(ctx, rec)
+	if err != nil {
+		return false, err
+	}
+	if ok {
+		report(Status{Position: 0, Length: len(q), HolderNode: path.Base(e.node), Holder: e.runInfo(false).Info})
+		return true, nil
+	}
+	if busy == nil {
+		return false, nil // our node went, or the run node just did: look again
+	}
+	// The previous holder still runs; wait for its run node.
+	if orphanedRun(busy.info.Node, q) {
+		e.suspectHolder(busy.info.Node, busy.info.Info, evidenceRunOrphaned)
+	}
+	e.lastHolder = busy.info
+	report(Status{Position: 0, Length: len(q), HolderNode: busy.info.Node, Holder: busy.info.Info, Stopping: true})
+	if try {
+		return false, ErrNotAcquired
+	}
+	return false, e.awaitEvent(ctx, busy.ch)
 }
 
 func (e *Entry) suspectHolder(owner string, info Info, why string) {
