@@ -137,13 +137,11 @@ func sessionOptions(cmd *cobra.Command, v *viper.Viper) (sessionConfig, error) {
 }
 
 // addInspectFlags adds the flags of a command that opens a short session
-// to read or administer: rootUsage describes --root, "" for none.
+// to read what is under --root (default root, described by rootUsage).
 func addInspectFlags(cmd *cobra.Command, root, rootUsage string) {
 	f := cmd.Flags()
 	f.String("servers", "127.0.0.1:2181", "ensemble members, host:port,...")
-	if rootUsage != "" {
-		f.String("root", root, rootUsage)
-	}
+	f.String("root", root, rootUsage)
 	f.Bool("json", false, "print JSON")
 	f.Duration("timeout", 10*time.Second, "give up after this long")
 	addClientTLSFlags(f)
