@@ -29,10 +29,13 @@
 // after its crash.
 //
 // The record. The folder's data names the last holder: "held <node>"
-// while a holder runs, "released <node>" once it let go cleanly (in the
-// multi that deletes its nodes). A new holder that finds "held" naming
-// another node knows the previous holder's session ended instead
-// ([Entry.UncleanHandoff]); a caller may then wait a lock delay.
+// while a holder runs, "stopping <node>" once it heard of interference
+// with its nodes, "released <node>" once it let go (in the multi that
+// deletes its nodes, when they are intact). A new holder that finds
+// "held" or "stopping" naming another node knows the previous holder did
+// not release, its session ended instead ([Entry.UncleanHandoff]); a
+// caller may then wait a lock delay. The take writes the record only over
+// the version it decided on.
 //
 // Interference. The holder can watch its own queue node and run node
 // while it holds ([Entry.WatchStanding]); a change or deletion by someone
@@ -41,14 +44,18 @@
 // deletion by someone else from the holder's crash: both make the
 // holder's nodes vanish. When it sees evidence of interference (its own
 // node gone while its session lives, the run node held by a contender that
-// is no longer queued, the holder queued without its run node), it does
-// not trust the vanishing run node: unless the old holder confirms its end
+// is no longer queued, the holder queued without its run node, the record
+// of a holder stopping), it does not trust the vanishing run node: unless the old holder confirms its end
 // ("released <node>"), it waits until the old holder's work must be over
 // whatever happened to it, the old holder's session timeout plus its kill
 // grace after the evidence, as its node's [Info] states them
-// ([Entry.MustWait]). A client that deletes exactly the holder's two nodes
-// at once is indistinguishable from the holder's crash; against that, only
-// ACLs help ([Options.ACL]).
+// ([Entry.MustWait]). A holder that hears of interference records that it
+// is stopping before its work hears of it, so a second delete that follows
+// the holder's reaction is seen even when both nodes are gone by the time
+// the next in line looks. A client that deletes exactly the holder's two
+// nodes at once (or faster than the holder hears of it) is
+// indistinguishable from the holder's crash; against that, only ACLs help
+// ([Options.ACL]).
 //
 // [List] reads a lock's queue, holder and record for status displays.
 //

@@ -56,17 +56,21 @@ type Entry struct {
 	suspect    suspicion // evidence of interference with the previous holder
 
 	// Set once held.
-	held        bool
-	heldSince   time.Time
-	heldVersion int32 // the folder's version after our "held" record
-	prevRecord  string
+	held       bool
+	heldSince  time.Time
+	prevRecord string
 
 	// armed is closed once the standing watches are set: a release waits
 	// for it, so that they fire (at our own deletes) however short the
 	// hold, and not at a later holder's nodes.
 	armed <-chan struct{}
 
-	mu         sync.Mutex
+	mu sync.Mutex
+	// heldVersion is the folder's version after our last record ("held",
+	// then "stopping"), -1 when unknown: a later record is written only
+	// over our own.
+	heldVersion int32
+
 	runRemade  bool // the run node was deleted under us and created again
 	standingOK bool // nobody touched our nodes while we held
 }
@@ -195,7 +199,7 @@ func (e *Entry) acquire(ctx context.Context, try bool, onStatus func(Status)) er
 		last = st
 	}
 	for {
-		kids, rec, recErr, err := e.listing(ctx)
+		kids, rec, recVersion, recErr, err := e.listing(ctx)
 		if err != nil {
 			switch {
 			case errors.Is(err, client.ErrConnectionLoss):
@@ -223,26 +227,29 @@ func (e *Entry) acquire(ctx context.Context, try bool, onStatus func(Status)) er
 		case recErr != nil && !errors.Is(recErr, client.ErrConnectionLoss):
 			return fmt.Errorf("read %s: %w", e.dir, recErr)
 		case recErr == nil:
-			if held, err := e.atHead(ctx, q, string(rec), try, report); held || err != nil {
+			if held, err := e.atHead(ctx, q, string(rec), recVersion, try, report); held || err != nil {
 				return err
 			}
 		}
 	}
 }
 
-// listing reads the folder's children and, alongside, its record: the
-// record is needed only if we turn out lowest, and reading both at once
-// keeps the handoff at one round trip before the take.
-func (e *Entry) listing(ctx context.Context) (kids []string, rec []byte, recErr, err error) {
+// listing reads the folder's children and, alongside, its record and
+// the record's version: the record is needed only if we turn out lowest,
+// and reading both at once keeps the handoff at one round trip before the
+// take.
+func (e *Entry) listing(ctx context.Context) (kids []string, rec []byte, recVersion int32, recErr, err error) {
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		rec, _, recErr = e.c.Get(ctx, e.dir)
+		var st wire.Stat
+		rec, st, recErr = e.c.Get(ctx, e.dir)
+		recVersion = st.Version
 	}()
 	kids, _, err = e.c.Children(ctx, e.dir)
 	wg.Wait()
-	return kids, rec, recErr, err
+	return kids, rec, recVersion, recErr, err
 }
 
 // waitBehind is a waiter's turn at pos > 0 of queue q: report who holds,
@@ -263,10 +270,20 @@ func (e *Entry) waitBehind(ctx context.Context, q []string, pos int, rec []byte,
 }
 
 // atHead is the turn of the queue's head, which found the folder's record
-// rec: take the lock, or wait for a previous holder whose work may still
-// go on (or, trying, give up). held reports the lock taken; neither held nor
-// an error means look again.
-func (e *Entry) atHead(ctx context.Context, q []string, rec string, try bool, report func(Status)) (held bool, err error) {
+// rec at version recVersion: take the lock, or wait for a previous holder
+// whose work may still go on (or, trying, give up). held reports the lock
+// taken; neither held nor an error means look again.
+func (e *Entry) atHead(ctx context.Context, q []string, rec string, recVersion int32, try bool, report func(Status)) (held bool, err error) {
+	if x, ok := stoppingOf(rec); ok && e.suspect.owner != x {
+		// Its nodes may both be gone by now, as after a crash; its record
+		// says otherwise. (Once only: a holder that died stopping must not
+		// block the lock for ever.)
+		var info Info
+		if e.lastHolder.Node == x {
+			info = e.lastHolder.Info
+		}
+		e.suspectHolder(x, info, evidenceStopping)
+	}
 	if s := e.suspect; s.blocks(rec, time.Now()) {
 		// The previous holder's work may still go on. Wait for it to
 		// record its release (it does once its work is over, unless
@@ -279,7 +296,7 @@ func (e *Entry) atHead(ctx context.Context, q []string, rec string, try bool, re
 		}
 		return false, e.awaitRecord(ctx, s.until)
 	}
-	ok, busy, err := e.take(ctx, rec)
+	ok, busy, err := e.take(ctx, rec, recVersion)
 	if err != nil {
 		return false, err
 	}
@@ -424,18 +441,19 @@ type busyRun struct {
 }
 
 // take tries to become the holder: in one multi, check that our queue node
-// still exists, create the run node, and record us as holder. rec is the
-// folder's record before. It returns ok once held; busy when another holds
-// the run node (with a watch armed on it); neither when the state moved
-// under us and the caller should look again.
-func (e *Entry) take(ctx context.Context, rec string) (ok bool, busy *busyRun, err error) {
+// still exists, create the run node, and record us as holder over the
+// record rec the decision to take was made on (version recVersion). It
+// returns ok once held; busy when another holds the run node (with a watch
+// armed on it); neither when the state moved under us and the caller
+// should look again.
+func (e *Entry) take(ctx context.Context, rec string, recVersion int32) (ok bool, busy *busyRun, err error) {
 	e.heldSince = time.Now().UTC().Truncate(time.Millisecond)
 	data, _ := json.Marshal(e.runInfo(false))
 	me := path.Base(e.node)
 	res, err := e.c.Multi(ctx,
 		wire.MultiOp{Type: wire.OpCheck, Path: e.node, Version: -1},
 		wire.MultiOp{Type: wire.OpCreate, Path: e.runPath(), Data: data, ACL: e.acl, Flags: wire.FlagEphemeral},
-		wire.MultiOp{Type: wire.OpSetData, Path: e.dir, Data: []byte(heldRecord(me)), Version: -1})
+		wire.MultiOp{Type: wire.OpSetData, Path: e.dir, Data: []byte(heldRecord(me)), Version: recVersion})
 	if err == nil {
 		e.markHeld(rec, res[2].Stat.Version)
 		return true, nil, nil
@@ -452,6 +470,8 @@ func (e *Entry) take(ctx context.Context, rec string) (ok bool, busy *busyRun, e
 	switch {
 	case failed == 0 && errors.Is(err, wire.ErrNoNode):
 		return false, nil, nil // our node went; the caller's listing shows it
+	case failed == 2 && errors.Is(err, wire.ErrBadVersion):
+		return false, nil, nil // the record changed (a holder stopping, say): read it again
 	case failed == 1 && errors.Is(err, wire.ErrNodeExists):
 		b, st, ch, gerr := e.c.GetW(ctx, e.runPath())
 		if errors.Is(gerr, wire.ErrNoNode) {
@@ -512,9 +532,9 @@ func (e *Entry) resolveTake(ctx context.Context, rec string) (bool, *busyRun, er
 }
 
 func (e *Entry) markHeld(rec string, version int32) {
-	e.held, e.prevRecord, e.heldVersion = true, rec, version
+	e.held, e.prevRecord = true, rec
 	e.mu.Lock()
-	e.standingOK = true
+	e.heldVersion, e.standingOK = version, true
 	e.mu.Unlock()
 }
 
@@ -564,7 +584,7 @@ func (e *Entry) Release(ctx context.Context) error {
 		}
 	}
 	e.mu.Lock()
-	intact := e.standingOK && !e.runRemade
+	intact, version := e.standingOK && !e.runRemade, e.heldVersion
 	e.mu.Unlock()
 	me := path.Base(e.node)
 	if intact {
@@ -582,9 +602,9 @@ func (e *Entry) Release(ctx context.Context) error {
 		// retry whose first reply was lost, or deleted by someone. Fall
 		// through and remove only what is still ours.
 	}
-	if e.heldVersion >= 0 {
+	if version >= 0 {
 		_ = e.retry(ctx, func() error {
-			_, err := e.c.Set(ctx, e.dir, []byte(releasedRecord(me)), e.heldVersion)
+			_, err := e.c.Set(ctx, e.dir, []byte(releasedRecord(me)), version)
 			if errors.Is(err, wire.ErrBadVersion) || errors.Is(err, wire.ErrNoNode) {
 				return nil
 			}

@@ -298,6 +298,48 @@ func TestInterferenceUnconfirmed(t *testing.T) {
 	}
 }
 
+// Someone deletes the holder's queue node, and once the holder has heard
+// of it, its run node too, before the next in line looks: that looks like
+// the holder's crash, but the holder recorded that it is stopping, so the
+// next in line waits for its release.
+func TestInterferenceRecordedStopping(t *testing.T) {
+	addr := startMember(t)
+	ctx := testCtx(t)
+	const dir = "/locks/stopping"
+	foreign := connect(t, addr)
+	a := enter(t, ctx, connect(t, addr), dir, recipe.Info{Host: "a", SessionTimeoutMS: 60000})
+	if err := a.Acquire(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	losses := a.WatchStanding(ctx)
+	b := enter(t, ctx, connect(t, addr), dir, recipe.Info{Host: "b", SessionTimeoutMS: 60000})
+	if err := foreign.Delete(ctx, a.Node(), -1); err != nil {
+		t.Fatal(err)
+	}
+	recv(t, losses, 10*time.Second, "a's standing loss")
+	if rec, _, err := foreign.Get(ctx, dir); err != nil || string(rec) != "stopping "+path.Base(a.Node()) {
+		t.Errorf("record once a heard of the loss: %q (%v), want it stopping", rec, err)
+	}
+	if err := foreign.Delete(ctx, path.Join(dir, recipe.RunNode), -1); err != nil {
+		t.Fatal(err)
+	}
+	wb := acquire(ctx, b, false)
+	st := recv(t, wb.status, 10*time.Second, "b's status at the head")
+	if st.Position != 0 || !st.Stopping || st.HolderNode != path.Base(a.Node()) {
+		t.Errorf("b at the head: %+v, want a stopping", st)
+	}
+	wb.notYet(t, "b while a stops")
+	if err := a.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := recv(t, wb.done, 10*time.Second, "b acquires after a's release"); err != nil {
+		t.Fatal(err)
+	}
+	if d, why := b.MustWait(); d > 0 || why != "" {
+		t.Errorf("b must wait %v (%s) after a recorded its release", d, why)
+	}
+}
+
 // A folder whose ACL refuses the session: Enter says who was refused
 // where, and under which ACL.
 func TestEnterRefused(t *testing.T) {

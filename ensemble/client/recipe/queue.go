@@ -26,11 +26,19 @@ const (
 // The folder's record of its last holder.
 const (
 	recordHeld     = "held "
+	recordStopping = "stopping "
 	recordReleased = "released "
 )
 
 func heldRecord(node string) string     { return recordHeld + node }
+func stoppingRecord(node string) string { return recordStopping + node }
 func releasedRecord(node string) string { return recordReleased + node }
+
+// stoppingOf returns the holder a record says is stopping after it lost
+// its standing.
+func stoppingOf(record string) (node string, ok bool) {
+	return strings.CutPrefix(record, recordStopping)
+}
 
 // Info is the data of a contender's queue node: who is waiting or
 // holding, for people reading the queue, and how long its work can

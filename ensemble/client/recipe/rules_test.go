@@ -188,10 +188,30 @@ func TestUnclean(t *testing.T) {
 		{"released lock-a-1", "lock-b-2", false}, // clean handoff
 		{"held lock-a-1", "lock-b-2", true},      // its session ended holding
 		{"held lock-b-2", "lock-b-2", false},     // our own, from a take whose reply was lost
+		{"stopping lock-a-1", "lock-b-2", true},  // it lost its standing and never released
 		{"something else", "lock-b-2", false},
 	} {
 		if got := unclean(c.record, c.me); got != c.want {
 			t.Errorf("unclean(%q, %s) = %v, want %v", c.record, c.me, got, c.want)
+		}
+	}
+}
+
+func TestStoppingOf(t *testing.T) {
+	for _, c := range []struct {
+		record, node string
+		ok           bool
+	}{
+		{"stopping lock-a-0000000001", "lock-a-0000000001", true},
+		{stoppingRecord("lock-b-2"), "lock-b-2", true},
+		{"held lock-a-0000000001", "", false},
+		{"released lock-a-0000000001", "", false},
+		{"", "", false},
+		{"stopping", "", false},
+	} {
+		node, ok := stoppingOf(c.record)
+		if ok != c.ok || ok && node != c.node {
+			t.Errorf("stoppingOf(%q) = %q %v, want %q %v", c.record, node, ok, c.node, c.ok)
 		}
 	}
 }

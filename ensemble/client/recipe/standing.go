@@ -118,9 +118,10 @@ func lossOf(ctx context.Context, c *client.Client, node, event string) Loss {
 }
 
 // WatchStanding watches the holder's queue node and run node until ctx
-// ends; the first change by anyone else is sent on the returned channel.
-// Call it once, after Acquire; Release then waits for the watches to be
-// set. The channel may be read from any goroutine.
+// ends; the first change by anyone else is sent on the returned channel,
+// once the folder's record says that this holder is stopping (see
+// recordStopping). Call it once, after Acquire; Release then waits for
+// the watches to be set. The channel may be read from any goroutine.
 func (e *Entry) WatchStanding(ctx context.Context) <-chan Loss {
 	me := e.c.SessionID()
 	out, armed := WatchNodes(ctx, e.c, []Watched{
@@ -133,6 +134,7 @@ func (e *Entry) WatchStanding(ctx context.Context) <-chan Loss {
 	go func() {
 		select {
 		case l := <-out:
+			e.recordStopping(ctx)
 			e.mu.Lock()
 			e.standingOK = false
 			e.mu.Unlock()
@@ -141,6 +143,44 @@ func (e *Entry) WatchStanding(ctx context.Context) <-chan Loss {
 		}
 	}()
 	return mark
+}
+
+// recordStopping records in the folder that this holder lost its standing
+// and is stopping, unless someone recorded a hold since. The record
+// outlives both of the holder's nodes: a successor that takes the lock
+// only after the interferer deleted the other one too (which looks like
+// the holder's crash) still finds it and waits. It is written before the
+// loss is reported, so before the holder's work hears of it: an
+// interferer that deletes the second node once the work reacted to the
+// first cannot get ahead of it. Best effort, within a quarter of the
+// session timeout.
+func (e *Entry) recordStopping(ctx context.Context) {
+	e.mu.Lock()
+	v := e.heldVersion
+	e.mu.Unlock()
+	if v < 0 {
+		return
+	}
+	wctx, cancel := context.WithTimeout(ctx, e.c.SessionTimeout()/4)
+	defer cancel()
+	rec := stoppingRecord(path.Base(e.node))
+	st, err := e.c.Set(wctx, e.dir, []byte(rec), v)
+	if errors.Is(err, client.ErrConnectionLoss) {
+		// It may have been written: read it back.
+		var b []byte
+		if err = e.c.Sync(wctx, e.dir); err == nil {
+			b, st, err = e.c.Get(wctx, e.dir)
+		}
+		if err == nil && string(b) != rec {
+			return
+		}
+	}
+	if err != nil {
+		return // the folder went, someone took the lock since, or no answer
+	}
+	e.mu.Lock()
+	e.heldVersion = st.Version
+	e.mu.Unlock()
 }
 
 // Retake keeps the run node taken after someone else deleted it, so that

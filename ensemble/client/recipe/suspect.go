@@ -55,9 +55,10 @@ func (s suspicion) mustWait(record string, now time.Time) (time.Duration, string
 }
 
 // unclean reports whether the record a new holder (queue node me) found
-// says that the previous holder's session ended without releasing.
+// says that the previous holder did not release: its session ended, or it
+// was stopping after someone else touched its nodes.
 func unclean(record, me string) bool {
-	return strings.HasPrefix(record, recordHeld) && record != heldRecord(me)
+	return strings.HasPrefix(record, recordHeld) && record != heldRecord(me) || strings.HasPrefix(record, recordStopping)
 }
 
 // Evidence of interference.
@@ -66,6 +67,7 @@ const (
 	evidenceFolderGone   = "lock folder deleted"
 	evidenceRunOrphaned  = "run node held by a contender no longer queued"
 	evidenceHeadUnminded = "holder queued without its run node"
+	evidenceStopping     = "holder recorded that it is stopping"
 )
 
 // orphanedRun reports evidence in a run node held by runNode while the
