@@ -72,19 +72,26 @@ func ClaimOnce(ctx context.Context, c *client.Client, node string, data []byte, 
 	}
 }
 
-// EnsurePath creates every missing persistent component of p with acl. A
-// component the session may not create yields an *AccessError.
+// EnsurePath creates every missing persistent component of p with acl,
+// through connection losses (a create that went through is NodeExists the
+// next time). A component the session may not create yields an
+// *AccessError.
 func EnsurePath(ctx context.Context, c *client.Client, p string, acl []wire.ACL) error {
-	parts := strings.Split(strings.Trim(p, "/"), "/")
 	cur := ""
-	for _, part := range parts {
+	for _, part := range strings.Split(strings.Trim(p, "/"), "/") {
 		cur += "/" + part
-		_, err := c.Create(ctx, cur, nil, 0, acl)
-		if err != nil && !errors.Is(err, wire.ErrNodeExists) {
+		for {
+			_, err := c.Create(ctx, cur, nil, 0, acl)
+			if errors.Is(err, client.ErrConnectionLoss) {
+				continue
+			}
 			if errors.Is(err, wire.ErrNoAuth) {
 				return accessError(ctx, c, path.Dir(cur), err)
 			}
-			return fmt.Errorf("create %s: %w", cur, err)
+			if err != nil && !errors.Is(err, wire.ErrNodeExists) {
+				return fmt.Errorf("create %s: %w", cur, err)
+			}
+			break
 		}
 	}
 	return nil

@@ -1,8 +1,15 @@
 // Package recipe holds coordination recipes built on the client: a lock
-// queue whose holder is guarded against interference, and claim-once, the
-// create that exactly one of many contenders wins. They work against a
-// coordrun ensemble and against Apache ZooKeeper 3.5+, in the style of
-// etcd's client/v3/concurrency.
+// queue whose holder is guarded against interference ([Enter]),
+// claim-once, the create that exactly one of many contenders wins
+// ([ClaimOnce]), leader election ([Election]) and group membership
+// ([Group]). They work against a coordrun ensemble and against Apache
+// ZooKeeper 3.5+, in the style of etcd's client/v3/concurrency.
+//
+// The lock queue and the election share their shape (ephemeral sequential
+// nodes, each waiter watching only its predecessor, ids chosen before the
+// create so that a lost reply leaves no ghost); the lock adds what a job
+// that must not run twice needs: the run node, the record of the last
+// holder and the rules of interference below.
 //
 // # The lock queue
 //

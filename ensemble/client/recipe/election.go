@@ -167,7 +167,7 @@ func (e *Election) join(ctx context.Context, value []byte) (string, int64, error
 		case err == nil:
 			return node, st.Czxid, nil
 		case errors.Is(err, wire.ErrNoNode):
-			if err := createPersistentPath(ctx, e.c, e.dir, e.acl); err != nil {
+			if err := EnsurePath(ctx, e.c, e.dir, e.acl); err != nil {
 				return "", 0, err
 			}
 			continue
@@ -613,23 +613,4 @@ func sessionOver(c *client.Client, err error) bool {
 	default:
 		return false
 	}
-}
-
-// createPersistentPath creates every missing persistent component of p.
-func createPersistentPath(ctx context.Context, c *client.Client, p string, acl []wire.ACL) error {
-	cur := ""
-	for _, part := range strings.Split(strings.Trim(p, "/"), "/") {
-		cur += "/" + part
-		for {
-			_, err := c.Create(ctx, cur, nil, 0, acl)
-			if errors.Is(err, client.ErrConnectionLoss) {
-				continue // NodeExists next time if it went through
-			}
-			if err != nil && !errors.Is(err, wire.ErrNodeExists) {
-				return fmt.Errorf("create %s: %w", cur, err)
-			}
-			break
-		}
-	}
-	return nil
 }

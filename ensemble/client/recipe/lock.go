@@ -294,7 +294,7 @@ func (e *Entry) atHead(ctx context.Context, q []string, rec string, recVersion i
 		if try {
 			return false, ErrNotAcquired
 		}
-		return false, e.awaitRecord(ctx, s.until)
+		return false, e.awaitRecord(ctx, rec, s.until)
 	}
 	ok, busy, err := e.take(ctx, rec, recVersion)
 	if err != nil {
@@ -408,14 +408,18 @@ func (e *Entry) awaitEvent(ctx context.Context, ch <-chan client.Event) error {
 	}
 }
 
-// awaitRecord waits until the folder's data changes or until passes.
-func (e *Entry) awaitRecord(ctx context.Context, until time.Time) error {
-	_, _, ch, err := e.c.GetW(ctx, e.dir)
+// awaitRecord waits until the folder's record is no longer seen, or until
+// passes.
+func (e *Entry) awaitRecord(ctx context.Context, seen string, until time.Time) error {
+	b, _, ch, err := e.c.GetW(ctx, e.dir)
 	if err != nil {
 		if errors.Is(err, client.ErrConnectionLoss) || errors.Is(err, wire.ErrNoNode) {
 			return nil
 		}
 		return fmt.Errorf("watch %s: %w", e.dir, err)
+	}
+	if string(b) != seen {
+		return nil // changed before the watch was set
 	}
 	t := time.NewTimer(time.Until(until))
 	defer t.Stop()

@@ -118,7 +118,7 @@ func (g *Group) Register(ctx context.Context, name string, data []byte) error {
 		case err == nil:
 			return nil
 		case errors.Is(err, wire.ErrNoNode):
-			if err := createPersistentPath(ctx, g.c, path.Dir(p), g.acl); err != nil {
+			if err := EnsurePath(ctx, g.c, path.Dir(p), g.acl); err != nil {
 				return err
 			}
 			continue
@@ -166,7 +166,7 @@ func (g *Group) Announce(ctx context.Context, name string, data []byte) (*Presen
 		case err == nil:
 			return g.newPresence(p, st.Czxid), nil
 		case errors.Is(err, wire.ErrNoNode):
-			if err := createPersistentPath(ctx, g.c, path.Dir(p), g.acl); err != nil {
+			if err := EnsurePath(ctx, g.c, path.Dir(p), g.acl); err != nil {
 				return nil, err
 			}
 			continue
