@@ -57,9 +57,11 @@
 // whatever happened to it, the old holder's session timeout plus its kill
 // grace after the evidence, as its node's [Info] states them
 // ([Entry.MustWait]). A holder that hears of interference records that it
-// is stopping before its work hears of it, so a second delete that follows
-// the holder's reaction is seen even when both nodes are gone by the time
-// the next in line looks. A client that deletes exactly the holder's two
+// is stopping before its work hears of it (putting the folder back if it
+// was deleted whole), so a second delete that follows the holder's
+// reaction is seen even when both nodes are gone by the time the next in
+// line looks, and a contender that comes only after a deleteall waits as
+// well. A client that deletes exactly the holder's two
 // nodes at once (or faster than the holder hears of it) is
 // indistinguishable from the holder's crash; against that, only ACLs help
 // ([Options.ACL]).

@@ -56,9 +56,10 @@ type Entry struct {
 	suspect    suspicion // evidence of interference with the previous holder
 
 	// Set once held.
-	held       bool
-	heldSince  time.Time
-	prevRecord string
+	held        bool
+	heldSince   time.Time
+	prevRecord  string
+	folderCzxid int64 // of the folder we took the lock in
 
 	// armed is closed once the standing watches are set: a release waits
 	// for it, so that they fire (at our own deletes) however short the
@@ -459,7 +460,7 @@ func (e *Entry) take(ctx context.Context, rec string, recVersion int32) (ok bool
 		wire.MultiOp{Type: wire.OpCreate, Path: e.runPath(), Data: data, ACL: e.acl, Flags: wire.FlagEphemeral},
 		wire.MultiOp{Type: wire.OpSetData, Path: e.dir, Data: []byte(heldRecord(me)), Version: recVersion})
 	if err == nil {
-		e.markHeld(rec, res[2].Stat.Version)
+		e.markHeld(rec, res[2].Stat)
 		return true, nil, nil
 	}
 	if errors.Is(err, client.ErrConnectionLoss) {
@@ -526,19 +527,20 @@ func (e *Entry) resolveTake(ctx context.Context, rec string) (bool, *busyRun, er
 		if err != nil {
 			return false, nil, err
 		}
-		v := dst.Version
 		if string(b) != heldRecord(path.Base(e.node)) {
-			v = -1
+			dst.Version = -1
 		}
-		e.markHeld(rec, v)
+		e.markHeld(rec, dst)
 		return true, nil, nil
 	}
 }
 
-func (e *Entry) markHeld(rec string, version int32) {
-	e.held, e.prevRecord = true, rec
+// markHeld notes the hold, with the folder's stat after our record
+// (version -1: our record is not the last).
+func (e *Entry) markHeld(rec string, folder wire.Stat) {
+	e.held, e.prevRecord, e.folderCzxid = true, rec, folder.Czxid
 	e.mu.Lock()
-	e.heldVersion, e.standingOK = version, true
+	e.heldVersion, e.standingOK = folder.Version, true
 	e.mu.Unlock()
 }
 

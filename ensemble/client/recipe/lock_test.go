@@ -80,6 +80,7 @@ func TestLock(t *testing.T) {
 		t.Run("queue node deleted: the release confirms", func(t *testing.T) { lockInterferenceConfirmedRelease(t, b) })
 		t.Run("both deleted, unconfirmed: the bound", func(t *testing.T) { lockInterferenceUnconfirmed(t, b) })
 		t.Run("both deleted after the holder heard: its record", func(t *testing.T) { lockInterferenceRecordedStopping(t, b) })
+		t.Run("folder deleted: a newcomer waits for the holder", func(t *testing.T) { lockFolderDeleted(t, b) })
 		t.Run("folder refused: access error", func(t *testing.T) { lockEnterRefused(t, b) })
 		t.Run("missing folders created", func(t *testing.T) { lockEnterCreatesFolders(t, b) })
 		t.Run("lost create reply leaves no ghost", func(t *testing.T) { lockLostCreateReply(t, b) })
@@ -391,6 +392,45 @@ func lockInterferenceRecordedStopping(t *testing.T, b recipeBackend) {
 	}
 	if d, why := eb.MustWait(); d > 0 || why != "" {
 		t.Errorf("b must wait %v (%s) after a recorded its release", d, why)
+	}
+}
+
+// Someone deletes the whole lock folder (zkCli's deleteall): the holder
+// puts it back with its stopping record, and a contender that comes only
+// afterwards, with no memory of the holder, waits for its release.
+func lockFolderDeleted(t *testing.T, b recipeBackend) {
+	ctx := testkit.Context(t, 60*time.Second)
+	dir := b.folder(t, "deleteall")
+	foreign := b.connect(t)
+	a := lockEnter(t, ctx, b.connect(t), dir, recipe.Info{Host: "a", SessionTimeoutMS: 60000})
+	if err := a.Acquire(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	losses := a.WatchStanding(ctx)
+	if _, err := foreign.Multi(ctx,
+		wire.MultiOp{Type: wire.OpDelete, Path: a.Node(), Version: -1},
+		wire.MultiOp{Type: wire.OpDelete, Path: path.Join(dir, recipe.RunNode), Version: -1},
+		wire.MultiOp{Type: wire.OpDelete, Path: dir, Version: -1}); err != nil {
+		t.Fatal(err)
+	}
+	lockRecv(t, losses, 10*time.Second, "a's standing loss")
+	if q := lockList(t, ctx, foreign, dir); q.Record != "stopping "+path.Base(a.Node()) || len(q.Contenders) != 0 {
+		t.Fatalf("folder after a heard of the deleteall: %+v, want it made again with a stopping", q)
+	}
+	n := lockEnter(t, ctx, b.connect(t), dir, recipe.Info{Host: "n", SessionTimeoutMS: 60000})
+	w := lockAcquire(ctx, n, false)
+	if st := lockRecv(t, w.status, 10*time.Second, "the newcomer's status"); st.Position != 0 || !st.Stopping || st.HolderNode != path.Base(a.Node()) {
+		t.Errorf("newcomer at the head: %+v, want a stopping", st)
+	}
+	w.notYet(t, "the newcomer while a stops")
+	if err := a.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := lockRecv(t, w.done, 10*time.Second, "the newcomer acquires after a's release"); err != nil {
+		t.Fatal(err)
+	}
+	if d, why := n.MustWait(); d > 0 || why != "" {
+		t.Errorf("newcomer must wait %v (%s) after a recorded its release", d, why)
 	}
 }
 

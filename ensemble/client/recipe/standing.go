@@ -1,6 +1,7 @@
 package recipe
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -149,11 +150,12 @@ func (e *Entry) WatchStanding(ctx context.Context) <-chan Loss {
 // and is stopping, unless someone recorded a hold since. The record
 // outlives both of the holder's nodes: a successor that takes the lock
 // only after the interferer deleted the other one too (which looks like
-// the holder's crash) still finds it and waits. It is written before the
-// loss is reported, so before the holder's work hears of it: an
-// interferer that deletes the second node once the work reacted to the
-// first cannot get ahead of it. Best effort, within a quarter of the
-// session timeout.
+// the holder's crash) still finds it and waits. When the whole folder
+// went, the holder puts it back with the record, so that a newcomer with
+// no memory of the holder waits too. It is written before the loss is
+// reported, so before the holder's work hears of it: an interferer that
+// deletes the second node once the work reacted to the first cannot get
+// ahead of it. Best effort, within a quarter of the session timeout.
 func (e *Entry) recordStopping(ctx context.Context) {
 	e.mu.Lock()
 	v := e.heldVersion
@@ -163,24 +165,71 @@ func (e *Entry) recordStopping(ctx context.Context) {
 	}
 	wctx, cancel := context.WithTimeout(ctx, e.c.SessionTimeout()/4)
 	defer cancel()
-	rec := stoppingRecord(path.Base(e.node))
-	st, err := e.c.Set(wctx, e.dir, []byte(rec), v)
-	if errors.Is(err, client.ErrConnectionLoss) {
-		// It may have been written: read it back.
-		var b []byte
-		if err = e.c.Sync(wctx, e.dir); err == nil {
-			b, st, err = e.c.Get(wctx, e.dir)
+	if v, ok := e.writeStopping(wctx, []byte(stoppingRecord(path.Base(e.node))), v); ok {
+		e.mu.Lock()
+		e.heldVersion = v
+		e.mu.Unlock()
+	}
+}
+
+// writeStopping writes rec over the folder's record at version v, or into
+// the folder made again if it went, and returns the record's new version.
+func (e *Entry) writeStopping(ctx context.Context, rec []byte, v int32) (int32, bool) {
+	for range 4 { // a folder deleted and made again by others a few times: give up
+		st, err := e.c.Set(ctx, e.dir, rec, v)
+		switch {
+		case err == nil:
+			return st.Version, true
+		case errors.Is(err, client.ErrConnectionLoss):
+			return e.readBack(ctx, rec)
+		case errors.Is(err, wire.ErrBadVersion):
+			// Someone recorded a hold since; or the folder went and a
+			// contender made it again.
+			var ok bool
+			if v, ok = e.remade(ctx); !ok {
+				return 0, false
+			}
+			continue
+		case !errors.Is(err, wire.ErrNoNode):
+			return 0, false // no answer
 		}
-		if err == nil && string(b) != rec {
-			return
+		_, st, err = e.c.Create2(ctx, e.dir, rec, 0, e.acl)
+		switch {
+		case err == nil:
+			return st.Version, true
+		case errors.Is(err, client.ErrConnectionLoss):
+			return e.readBack(ctx, rec)
+		case errors.Is(err, wire.ErrNoNode):
+			if EnsurePath(ctx, e.c, path.Dir(e.dir), e.acl) != nil {
+				return 0, false
+			}
+		case errors.Is(err, wire.ErrNodeExists):
+			var ok bool
+			if v, ok = e.remade(ctx); !ok {
+				return 0, false
+			}
+		default:
+			return 0, false
 		}
 	}
-	if err != nil {
-		return // the folder went, someone took the lock since, or no answer
+	return 0, false
+}
+
+// remade returns the version of the folder's record if the folder is not
+// the one this entry took the lock in but one made again since, which
+// records no holder yet: the stopping record may go there.
+func (e *Entry) remade(ctx context.Context) (int32, bool) {
+	b, st, err := e.c.Get(ctx, e.dir)
+	return st.Version, err == nil && st.Czxid != e.folderCzxid && len(b) == 0
+}
+
+// readBack finds out whether a write of rec whose reply was lost happened.
+func (e *Entry) readBack(ctx context.Context, rec []byte) (int32, bool) {
+	if err := e.c.Sync(ctx, e.dir); err != nil {
+		return 0, false
 	}
-	e.mu.Lock()
-	e.heldVersion = st.Version
-	e.mu.Unlock()
+	b, st, err := e.c.Get(ctx, e.dir)
+	return st.Version, err == nil && bytes.Equal(b, rec)
 }
 
 // Retake keeps the run node taken after someone else deleted it, so that
