@@ -45,7 +45,7 @@ func dial(ctx context.Context, o ConnOptions, grace time.Duration, log *slog.Log
 	if err != nil {
 		return nil, fmt.Errorf("connect to %s: %w", strings.Join(o.Servers, ","), err)
 	}
-	margin, err := leaseMargin(o, grace, c, log)
+	margin, err := leaseMargin(ctx, o, grace, c, log)
 	if err != nil {
 		c.Close()
 		return nil, err
@@ -65,9 +65,9 @@ func (s *session) close() { s.c.Close() }
 // It checks the timing again with the timeout the server granted (which
 // may be below the one asked for) and the final margin: the kill must not
 // fire between two ordinary pings.
-func leaseMargin(o ConnOptions, grace time.Duration, c *client.Client, log *slog.Logger) (time.Duration, error) {
+func leaseMargin(ctx context.Context, o ConnOptions, grace time.Duration, c *client.Client, log *slog.Logger) (time.Duration, error) {
 	margin := o.DriftMargin
-	if o.ExtraMargin > 0 && isApacheZooKeeper(o.Servers, o.TLS) {
+	if o.ExtraMargin > 0 && isApacheZooKeeper(ctx, o.Servers, o.TLS) {
 		margin += o.ExtraMargin
 		log.Debug("ensemble is Apache ZooKeeper; widening the lease margin", "margin", margin)
 	}

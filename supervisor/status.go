@@ -1,14 +1,15 @@
 package supervisor
 
 import (
+	"context"
 	"crypto/tls"
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"strings"
 	"time"
 
+	"github.com/coordrun/coordrun/ensemble/client"
 	"github.com/coordrun/coordrun/ensemble/client/recipe"
 )
 
@@ -61,28 +62,16 @@ func (s *statusLine) clear() {
 // isApacheZooKeeper asks the first reachable server who it is. An answer
 // that does not name coordrun, or none at all, counts as ZooKeeper: the
 // cautious side, since it only widens the margin.
-func isApacheZooKeeper(servers []string, tc *tls.Config) bool {
+func isApacheZooKeeper(ctx context.Context, servers []string, tc *tls.Config) bool {
 	for _, s := range servers {
-		d := &net.Dialer{Timeout: 2 * time.Second}
-		var c net.Conn
-		var err error
-		if tc != nil {
-			// The whole client port speaks TLS, four-letter words too.
-			c, err = tls.DialWithDialer(d, "tcp", s, tc)
-		} else {
-			c, err = d.Dial("tcp", s)
-		}
-		if err != nil {
-			continue
-		}
-		_ = c.SetDeadline(time.Now().Add(2 * time.Second))
-		_, _ = c.Write([]byte("srvr"))
-		b, _ := io.ReadAll(io.LimitReader(c, 4096))
-		c.Close()
+		// As much as a dial and a read of 2s each took before.
+		sctx, cancel := context.WithTimeout(ctx, 4*time.Second)
+		b, _ := client.FourLetter(sctx, s, "srvr", tc)
+		cancel()
 		if len(b) == 0 {
 			continue
 		}
-		return !strings.Contains(string(b), "coordrun")
+		return !strings.Contains(b, "coordrun")
 	}
 	return true
 }

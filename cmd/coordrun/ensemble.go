@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"crypto/tls"
 	"encoding/json"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/coordrun/coordrun/ensemble"
+	"github.com/coordrun/coordrun/ensemble/client"
 	"github.com/spf13/cobra"
 )
 
@@ -110,20 +112,13 @@ func healthy(st ensemble.Status, err error) bool {
 
 func fetchStatus(addr string, timeout time.Duration, tc *tls.Config) (ensemble.Status, error) {
 	var st ensemble.Status
-	c, err := dialClientPort(addr, timeout, tc)
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	b, err := client.FourLetter(ctx, addr, "mbrs", tc)
 	if err != nil {
 		return st, err
 	}
-	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(timeout))
-	if _, err := c.Write([]byte("mbrs")); err != nil {
-		return st, err
-	}
-	b, err := io.ReadAll(c)
-	if err != nil {
-		return st, err
-	}
-	if err := json.Unmarshal(b, &st); err != nil {
+	if err := json.Unmarshal([]byte(b), &st); err != nil {
 		return st, fmt.Errorf("%s: not a coordrun member (%v)", addr, err)
 	}
 	return st, nil

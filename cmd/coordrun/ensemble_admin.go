@@ -1,17 +1,17 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
+	"context"
 	"crypto/tls"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"path/filepath"
 	"time"
 
 	"github.com/coordrun/coordrun/ensemble"
+	"github.com/coordrun/coordrun/ensemble/client"
 	"github.com/spf13/cobra"
 )
 
@@ -113,19 +113,13 @@ member into FILE (written atomically). Seed a new ensemble from it with
 // saveSnapshot streams a snapshot from a member, checks it whole, and
 // writes it to file atomically.
 func saveSnapshot(server, file string, timeout time.Duration, tc *tls.Config) (int64, int, error) {
-	c, err := dialClientPort(server, timeout, tc)
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	snap, err := client.FourLetter(ctx, server, "snap", tc)
 	if err != nil {
 		return 0, 0, err
 	}
-	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(timeout))
-	if _, err := c.Write([]byte("snap")); err != nil {
-		return 0, 0, err
-	}
-	data, err := io.ReadAll(bufio.NewReader(c))
-	if err != nil {
-		return 0, 0, err
-	}
+	data := []byte(snap)
 	if bytes.HasPrefix(data, []byte("error: ")) {
 		return 0, 0, fmt.Errorf("%s: %s", server, bytes.TrimSpace(data))
 	}

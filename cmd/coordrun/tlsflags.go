@@ -13,9 +13,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
-	"net"
 	"os"
-	"time"
 
 	"github.com/spf13/pflag"
 )
@@ -105,17 +103,6 @@ func clientTLS(v stringGetter) (*tls.Config, error) {
 		c.Certificates = []tls.Certificate{kp}
 	}
 	return c, nil
-}
-
-// dialClientPort connects to a member's client port for a four-letter
-// word, over TLS when tc is set (the whole port speaks TLS then). The
-// timeout covers the handshake too.
-func dialClientPort(addr string, timeout time.Duration, tc *tls.Config) (net.Conn, error) {
-	d := &net.Dialer{Timeout: timeout}
-	if tc == nil {
-		return d.Dial("tcp", addr)
-	}
-	return tls.DialWithDialer(d, "tcp", addr, tc)
 }
 
 // loadKeyPair loads a certificate chain and its private key, blaming the
