@@ -123,6 +123,23 @@ func (e *Entry) join(ctx context.Context) error {
 			continue
 		case errors.Is(err, wire.ErrNoAuth):
 			return accessError(ctx, e.c, e.dir, err)
+		case ctx.Err() != nil:
+			// Given up while the create was on its way: it may still
+			// happen, and a queue node nobody waits on would hold the
+			// lock for nobody (for as long as a cron host's session
+			// lives). Find it and delete it, past ctx.
+			err = fmt.Errorf("join queue %s: %w", e.dir, err)
+			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.c.SessionTimeout())
+			defer cancel()
+			found, ferr := e.find(dctx)
+			if ferr == nil && found {
+				ferr = deleteConfirmed(dctx, e.c, e.node)
+				e.node, e.czxid = "", 0
+			}
+			if ferr != nil {
+				return fmt.Errorf("%w (and its queue node may be left: %v)", err, ferr)
+			}
+			return err
 		case !errors.Is(err, client.ErrConnectionLoss):
 			return fmt.Errorf("join queue %s: %w", e.dir, err)
 		}

@@ -84,6 +84,7 @@ func TestLock(t *testing.T) {
 		t.Run("folder refused: access error", func(t *testing.T) { lockEnterRefused(t, b) })
 		t.Run("missing folders created", func(t *testing.T) { lockEnterCreatesFolders(t, b) })
 		t.Run("lost create reply leaves no ghost", func(t *testing.T) { lockLostCreateReply(t, b) })
+		t.Run("enter given up mid-create leaves no ghost", func(t *testing.T) { lockCancelledCreate(t, b) })
 		t.Run("lost take reply: held", func(t *testing.T) { lockLostTakeReply(t, b) })
 		t.Run("lost release reply: released", func(t *testing.T) { lockLostReleaseReply(t, b) })
 		t.Run("standing watches", func(t *testing.T) { lockWatchNodes(t, b) })
@@ -615,6 +616,51 @@ func lockLostCreateReply(t *testing.T, b recipeBackend) {
 	}
 	if err := e.Acquire(ctx, nil); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// An Enter whose ctx ends while its create is on the way leaves no queue
+// node behind for a session that lives on (a cron host's): the create
+// happens, and Enter deletes it before it returns.
+func lockCancelledCreate(t *testing.T, b recipeBackend) {
+	px, c, dir := lockProxied(t, b, "cancelcreate")
+	// The folder exists, so that the held create is the queue node's.
+	if err := recipe.EnsurePath(testkit.Context(t, 20*time.Second), c, dir, client.OpenACL); err != nil {
+		t.Fatal(err)
+	}
+	held, release := px.HoldReplyTo(wire.OpCreate2)
+	defer release()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		_, err := recipe.Enter(ctx, c, dir, recipe.Info{Host: "a"}, recipe.Options{})
+		done <- err
+	}()
+	select {
+	case <-held:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the create's reply never came")
+	}
+	// Enter syncs to learn the create's outcome; that answer comes behind
+	// the held reply, so let it go once Enter asked.
+	cleanup := px.AwaitRequest(wire.OpSync)
+	cancel()
+	select {
+	case <-cleanup:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Enter never looked for the node its create may have made")
+	}
+	release()
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("Enter = %v, want context.Canceled", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Enter did not return after its ctx ended")
+	}
+	if q := lockList(t, testkit.Context(t, 20*time.Second), b.connect(t), dir); len(q.Contenders) != 0 {
+		t.Fatalf("queue %+v after an Enter given up mid-create, want it empty", q.Contenders)
 	}
 }
 
