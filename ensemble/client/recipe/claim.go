@@ -96,3 +96,22 @@ func EnsurePath(ctx context.Context, c *client.Client, p string, acl []wire.ACL)
 	}
 	return nil
 }
+
+// folder is what a recipe over one directory holds: its client, the
+// directory and the ACL of the nodes it creates. Nothing in it changes,
+// so a recipe made of it is safe for concurrent use.
+type folder struct {
+	c   *client.Client
+	dir string
+	acl []wire.ACL
+}
+
+func newFolder(c *client.Client, dir string, acl []wire.ACL) folder {
+	if acl == nil {
+		acl = client.OpenACL
+	}
+	return folder{c: c, dir: path.Clean(dir), acl: acl}
+}
+
+// Dir is the recipe's folder.
+func (f folder) Dir() string { return f.dir }

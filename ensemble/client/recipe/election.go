@@ -13,10 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"path"
-	"sort"
-	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/coordrun/coordrun/ensemble/client"
@@ -47,23 +44,13 @@ const candidatePrefix = "c-"
 // may serve any number of goroutines at once: each Campaign has its own
 // candidate node and its own Term, and Leader and Observe only read. It
 // does not own the client: closing the client ends every Term of it.
-type Election struct {
-	c   *client.Client
-	dir string
-	acl []wire.ACL
-}
+type Election struct{ folder }
 
 // NewElection returns the election in dir. acl is given to the nodes it
 // creates; nil means client.OpenACL.
 func NewElection(c *client.Client, dir string, acl []wire.ACL) *Election {
-	if acl == nil {
-		acl = client.OpenACL
-	}
-	return &Election{c: c, dir: path.Clean(dir), acl: acl}
+	return &Election{newFolder(c, dir, acl)}
 }
-
-// Dir is the election's folder.
-func (e *Election) Dir() string { return e.dir }
 
 // Leader is a leader of an election as seen at one moment.
 type Leader struct {
@@ -397,30 +384,11 @@ func (e *Election) leader(ctx context.Context, watch bool) (Leader, <-chan clien
 
 // candidateSeq returns the sequence number of a candidate node's name,
 // or -1 for a name that is not a candidate's.
-func candidateSeq(name string) int64 {
-	i := strings.LastIndexByte(name, '-')
-	if !strings.HasPrefix(name, candidatePrefix) || i < len(candidatePrefix) {
-		return -1
-	}
-	n, err := strconv.ParseInt(name[i+1:], 10, 64)
-	if err != nil {
-		return -1
-	}
-	return n
-}
+func candidateSeq(name string) int64 { return sequenceOf(name, candidatePrefix, true) }
 
 // sortCandidates orders candidate names by sequence number, dropping
 // names that are not candidates'.
-func sortCandidates(kids []string) []string {
-	out := make([]string, 0, len(kids))
-	for _, k := range kids {
-		if candidateSeq(k) >= 0 {
-			out = append(out, k)
-		}
-	}
-	sort.Slice(out, func(i, j int) bool { return candidateSeq(out[i]) < candidateSeq(out[j]) })
-	return out
-}
+func sortCandidates(kids []string) []string { return sortSequential(kids, candidateSeq) }
 
 // Term is one leadership won by Campaign: it lasts until Resign, until
 // another client deletes the candidate node (ErrDeposed), or until the
@@ -439,20 +407,13 @@ func sortCandidates(kids []string) []string {
 // the resource the Token, and let it refuse lower ones, to close that gap.
 type Term struct {
 	e     *Election
-	node  string
 	token int64
-
-	stop     chan struct{} // closed by Resign: the watcher exits
-	stopOnce sync.Once
-	done     chan struct{}
-
-	mu  sync.Mutex
-	err error // why the Term ended; set once, before done is closed
+	tenure
 }
 
 func (e *Election) newTerm(node string, token int64) *Term {
-	t := &Term{e: e, node: node, token: token, stop: make(chan struct{}), done: make(chan struct{})}
-	go t.watch()
+	t := &Term{e: e, token: token}
+	t.start(e.c, node, token, "election "+e.dir, ErrDeposed)
 	return t
 }
 
@@ -467,11 +428,7 @@ func (t *Term) Done() <-chan struct{} { return t.done }
 
 // Err is nil while the Term lasts, then ErrResigned, ErrDeposed, or the
 // client's error (client.ErrSessionExpired, client.ErrClosed).
-func (t *Term) Err() error {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.err
-}
+func (t *Term) Err() error { return t.error() }
 
 // Until is the moment before which no other candidate can lead unless
 // someone deletes this candidate's node: the client's lease while the Term
@@ -484,78 +441,6 @@ func (t *Term) Until() time.Time {
 	default:
 	}
 	return t.e.c.Lease()
-}
-
-// end records why the Term ended, once.
-func (t *Term) end(err error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.err != nil {
-		return
-	}
-	t.err = err
-	close(t.done)
-}
-
-// watch ends the Term when the candidate node is deleted or the session
-// is lost. A node that vanishes while the session lives was deleted by
-// another client: the Term ends with ErrDeposed rather than creating a new
-// node, since the next candidate has been woken by the same deletion and
-// may lead already, and a new node would queue behind it anyway.
-func (t *Term) watch() {
-	c := t.e.c
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go func() {
-		select {
-		case <-t.stop:
-		case <-t.done:
-		}
-		cancel()
-	}()
-	for {
-		_, ok, ch, err := c.ExistsW(ctx, t.node)
-		switch {
-		case ctx.Err() != nil:
-			return
-		case errors.Is(err, client.ErrConnectionLoss):
-			continue
-		case err != nil:
-			if serr := t.e.sessionErr(); serr != nil {
-				t.end(serr)
-			} else {
-				t.end(fmt.Errorf("watch %s: %w", t.node, err))
-			}
-			return
-		case !ok:
-			t.deposed()
-			return
-		}
-		select {
-		case ev := <-ch:
-			if ev.Type == wire.EventNodeDeleted {
-				t.deposed()
-				return
-			}
-			// A data change, or a watch the client could not re-arm:
-			// look again.
-		case <-c.Done():
-			t.end(t.e.sessionErr())
-			return
-		case <-ctx.Done():
-			return
-		}
-	}
-}
-
-// deposed ends the Term for a node found gone: by another client's delete
-// while the session lives, or with the session.
-func (t *Term) deposed() {
-	if err := sessionEnding(t.e.c); err != nil {
-		t.end(fmt.Errorf("election %s: %w", t.e.dir, err))
-		return
-	}
-	t.end(ErrDeposed)
 }
 
 // sessionEnding tells a node deleted by another client from one deleted
@@ -593,8 +478,7 @@ func sessionEnding(c *client.Client) error {
 // then; closing the client removes it. With the session over, there is
 // nothing to delete: the node went with it.
 func (t *Term) Resign(ctx context.Context) error {
-	t.end(ErrResigned)
-	t.stopOnce.Do(func() { close(t.stop) })
+	t.giveUp(ErrResigned)
 	if err := deleteConfirmed(ctx, t.e.c, t.node); err != nil && !sessionOver(t.e.c, err) {
 		return fmt.Errorf("resign %s: %w", t.node, err)
 	}

@@ -334,7 +334,7 @@ func (e *Entry) atHead(ctx context.Context, q []string, rec string, recVersion i
 	if try {
 		return false, ErrNotAcquired
 	}
-	return false, e.awaitEvent(ctx, busy.ch)
+	return false, e.awaitEvent(ctx, busy.ch, nil)
 }
 
 func (e *Entry) suspectHolder(owner string, info Info, why string) {
@@ -409,11 +409,16 @@ func (e *Entry) awaitGone(ctx context.Context, node string) error {
 	if !ok {
 		return nil
 	}
-	return e.awaitEvent(ctx, ch)
+	return e.awaitEvent(ctx, ch, nil)
 }
 
-func (e *Entry) awaitEvent(ctx context.Context, ch <-chan client.Event) error {
+// awaitEvent waits for an event on ch, or for timeout to fire (a nil
+// timeout never fires). A connection loss counts as an event: the caller
+// looks again.
+func (e *Entry) awaitEvent(ctx context.Context, ch <-chan client.Event, timeout <-chan time.Time) error {
 	select {
+	case <-timeout:
+		return nil
 	case ev := <-ch:
 		if ev.Err != nil && !errors.Is(ev.Err, client.ErrConnectionLoss) {
 			return ev.Err
@@ -441,19 +446,7 @@ func (e *Entry) awaitRecord(ctx context.Context, seen string, until time.Time) e
 	}
 	t := time.NewTimer(time.Until(until))
 	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case ev := <-ch:
-		if ev.Err != nil && !errors.Is(ev.Err, client.ErrConnectionLoss) {
-			return ev.Err
-		}
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-e.c.Done():
-		return e.c.Err()
-	}
+	return e.awaitEvent(ctx, ch, t.C)
 }
 
 // busyRun is a run node another contender holds, with a watch on it.

@@ -264,16 +264,7 @@ func lockStandingRunNodeDeleted(t *testing.T, b recipeBackend) {
 	if want := fmt.Sprintf(`"node":%q`, path.Base(a.Node())); !strings.Contains(string(b2), want) || !strings.Contains(string(b2), `"stopping":true`) {
 		t.Errorf("retaken run node %s, want %s and stopping", b2, want)
 	}
-	wb.notYet(t, "b while a stops")
-	if err := a.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := lockRecv(t, wb.done, 10*time.Second, "b acquires after a's release"); err != nil {
-		t.Fatal(err)
-	}
-	if d, _ := eb.MustWait(); d > 0 || eb.UncleanHandoff() {
-		t.Errorf("b after a's release: must wait %v, unclean %v", d, eb.UncleanHandoff())
-	}
+	awaitsRelease(t, ctx, a, eb, wb, "b")
 }
 
 // Someone deletes the holder's queue node: the next in line finds the run
@@ -301,16 +292,7 @@ func lockInterferenceConfirmedRelease(t *testing.T, b recipeBackend) {
 	if st.Position != 0 || !st.Stopping || st.HolderNode != path.Base(a.Node()) || st.Holder.Host != "a" {
 		t.Errorf("b at the head: %+v, want a stopping", st)
 	}
-	wb.notYet(t, "b while a's run node stands")
-	if err := a.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := lockRecv(t, wb.done, 10*time.Second, "b acquires after a's release"); err != nil {
-		t.Fatal(err)
-	}
-	if d, why := eb.MustWait(); d > 0 || why != "" {
-		t.Errorf("b must wait %v (%s) after a recorded its release", d, why)
-	}
+	awaitsRelease(t, ctx, a, eb, wb, "b")
 }
 
 // Someone deletes both of the holder's nodes, one after the other, and the
@@ -384,16 +366,7 @@ func lockInterferenceRecordedStopping(t *testing.T, b recipeBackend) {
 	if st.Position != 0 || !st.Stopping || st.HolderNode != path.Base(a.Node()) {
 		t.Errorf("b at the head: %+v, want a stopping", st)
 	}
-	wb.notYet(t, "b while a stops")
-	if err := a.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := lockRecv(t, wb.done, 10*time.Second, "b acquires after a's release"); err != nil {
-		t.Fatal(err)
-	}
-	if d, why := eb.MustWait(); d > 0 || why != "" {
-		t.Errorf("b must wait %v (%s) after a recorded its release", d, why)
-	}
+	awaitsRelease(t, ctx, a, eb, wb, "b")
 }
 
 // Someone deletes the whole lock folder (zkCli's deleteall): the holder
@@ -423,16 +396,7 @@ func lockFolderDeleted(t *testing.T, b recipeBackend) {
 	if st := lockRecv(t, w.status, 10*time.Second, "the newcomer's status"); st.Position != 0 || !st.Stopping || st.HolderNode != path.Base(a.Node()) {
 		t.Errorf("newcomer at the head: %+v, want a stopping", st)
 	}
-	w.notYet(t, "the newcomer while a stops")
-	if err := a.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := lockRecv(t, w.done, 10*time.Second, "the newcomer acquires after a's release"); err != nil {
-		t.Fatal(err)
-	}
-	if d, why := n.MustWait(); d > 0 || why != "" {
-		t.Errorf("newcomer must wait %v (%s) after a recorded its release", d, why)
-	}
+	awaitsRelease(t, ctx, a, n, w, "the newcomer")
 }
 
 // A folder whose ACL refuses the session: Enter says who was refused
@@ -628,37 +592,10 @@ func lockCancelledCreate(t *testing.T, b recipeBackend) {
 	if err := recipe.EnsurePath(testkit.Context(t, 20*time.Second), c, dir, client.OpenACL); err != nil {
 		t.Fatal(err)
 	}
-	held, release := px.HoldReplyTo(wire.OpCreate2)
-	defer release()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
+	giveUpMidCreate(t, px, "Enter", func(ctx context.Context) error {
 		_, err := recipe.Enter(ctx, c, dir, recipe.Info{Host: "a"}, recipe.Options{})
-		done <- err
-	}()
-	select {
-	case <-held:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the create's reply never came")
-	}
-	// Enter syncs to learn the create's outcome; that answer comes behind
-	// the held reply, so let it go once Enter asked.
-	cleanup := px.AwaitRequest(wire.OpSync)
-	cancel()
-	select {
-	case <-cleanup:
-	case <-time.After(10 * time.Second):
-		t.Fatal("Enter never looked for the node its create may have made")
-	}
-	release()
-	select {
-	case err := <-done:
-		if !errors.Is(err, context.Canceled) {
-			t.Fatalf("Enter = %v, want context.Canceled", err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("Enter did not return after its ctx ended")
-	}
+		return err
+	})
 	if q := lockList(t, testkit.Context(t, 20*time.Second), b.connect(t), dir); len(q.Contenders) != 0 {
 		t.Fatalf("queue %+v after an Enter given up mid-create, want it empty", q.Contenders)
 	}
@@ -732,5 +669,58 @@ func lockClaimLostReply(t *testing.T, b recipeBackend) {
 	other, err := recipe.ClaimOnce(ctx, b.connect(t), dir+"/f", []byte(recipe.Nonce()), recipe.ClaimOptions{})
 	if err != nil || other {
 		t.Errorf("another claim after it: %v, %v", other, err)
+	}
+}
+
+// giveUpMidCreate runs call, whose requests go through px, and ends its
+// ctx while the reply to its create is held back: call must then learn the
+// create's outcome with a sync (which px lets through after the held
+// reply) and return context.Canceled. The caller checks what is left.
+func giveUpMidCreate(t *testing.T, px *testkit.Proxy, what string, call func(context.Context) error) {
+	t.Helper()
+	held, release := px.HoldReplyTo(wire.OpCreate2)
+	defer release()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- call(ctx) }()
+	select {
+	case <-held:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the create's reply never came")
+	}
+	// The sync's answer comes behind the held reply, so let that go once
+	// call asked.
+	cleanup := px.AwaitRequest(wire.OpSync)
+	cancel()
+	select {
+	case <-cleanup:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("%s never looked for the node its create may have made", what)
+	}
+	release()
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("%s = %v, want context.Canceled", what, err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("%s did not return after its ctx ended", what)
+	}
+}
+
+// awaitsRelease checks that w, the waiter of e, does not take the lock
+// while a, the stopping holder, still may run, and takes it once a
+// released, with nothing left to wait for.
+func awaitsRelease(t *testing.T, ctx context.Context, a, e *recipe.Entry, w *lockWaiter, who string) {
+	t.Helper()
+	w.notYet(t, who+" while a stops")
+	if err := a.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := lockRecv(t, w.done, 10*time.Second, who+" acquires after a's release"); err != nil {
+		t.Fatal(err)
+	}
+	if d, why := e.MustWait(); d > 0 || why != "" || e.UncleanHandoff() {
+		t.Errorf("%s after a's release: must wait %v (%s), unclean %v", who, d, why, e.UncleanHandoff())
 	}
 }

@@ -11,7 +11,6 @@ import (
 	"path"
 	"sort"
 	"strings"
-	"sync"
 
 	"github.com/coordrun/coordrun/ensemble/client"
 	"github.com/coordrun/coordrun/ensemble/wire"
@@ -46,23 +45,13 @@ const (
 //
 // A Group holds nothing but its client, folder and ACL: it is safe for
 // concurrent use and does not own the client.
-type Group struct {
-	c   *client.Client
-	dir string
-	acl []wire.ACL
-}
+type Group struct{ folder }
 
 // NewGroup returns the group in dir. acl is given to the nodes it creates;
 // nil means client.OpenACL.
 func NewGroup(c *client.Client, dir string, acl []wire.ACL) *Group {
-	if acl == nil {
-		acl = client.OpenACL
-	}
-	return &Group{c: c, dir: path.Clean(dir), acl: acl}
+	return &Group{newFolder(c, dir, acl)}
 }
-
-// Dir is the group's folder.
-func (g *Group) Dir() string { return g.dir }
 
 // Member is one member's entry: its name and the data it registered or
 // announced with.
@@ -374,21 +363,13 @@ func (g *Group) readFolder(ctx context.Context, folder string, watch bool) ([]Me
 // its node until it ends. It belongs to the caller of Announce, who alone
 // should Withdraw it.
 type Presence struct {
-	g     *Group
-	node  string
-	czxid int64
-
-	stop     chan struct{}
-	stopOnce sync.Once
-	done     chan struct{}
-
-	mu  sync.Mutex
-	err error
+	g *Group
+	tenure
 }
 
 func (g *Group) newPresence(node string, czxid int64) *Presence {
-	p := &Presence{g: g, node: node, czxid: czxid, stop: make(chan struct{}), done: make(chan struct{})}
-	go p.watch()
+	p := &Presence{g: g}
+	p.start(g.c, node, czxid, "presence "+node, ErrEvicted)
 	return p
 }
 
@@ -398,92 +379,14 @@ func (p *Presence) Node() string { return p.node }
 // Done is closed when the member is no longer live.
 func (p *Presence) Done() <-chan struct{} { return p.done }
 
-// Err is nil while the Presence lasts, then why it ended.
-func (p *Presence) Err() error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.err
-}
-
-func (p *Presence) end(err error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.err != nil {
-		return
-	}
-	p.err = err
-	close(p.done)
-}
-
-func (p *Presence) sessionErr() error {
-	select {
-	case <-p.g.c.Done():
-		return fmt.Errorf("presence %s: %w", p.node, p.g.c.Err())
-	default:
-		return nil
-	}
-}
-
-// gone ends the Presence for a node found gone: by another client's
-// delete while the session lives, or with the session.
-func (p *Presence) gone() {
-	if err := sessionEnding(p.g.c); err != nil {
-		p.end(fmt.Errorf("presence %s: %w", p.node, err))
-		return
-	}
-	p.end(ErrEvicted)
-}
-
-func (p *Presence) watch() {
-	c := p.g.c
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go func() {
-		select {
-		case <-p.stop:
-		case <-p.done:
-		}
-		cancel()
-	}()
-	for {
-		st, ok, ch, err := c.ExistsW(ctx, p.node)
-		switch {
-		case ctx.Err() != nil:
-			return
-		case errors.Is(err, client.ErrConnectionLoss):
-			continue
-		case err != nil:
-			if serr := p.sessionErr(); serr != nil {
-				p.end(serr)
-			} else {
-				p.end(fmt.Errorf("watch %s: %w", p.node, err))
-			}
-			return
-		case !ok || st.Czxid != p.czxid:
-			// Gone, or deleted and created again by someone else.
-			p.gone()
-			return
-		}
-		select {
-		case ev := <-ch:
-			if ev.Type == wire.EventNodeDeleted {
-				p.gone()
-				return
-			}
-		case <-c.Done():
-			p.end(p.sessionErr())
-			return
-		case <-ctx.Done():
-			return
-		}
-	}
-}
+// Err is nil while the Presence lasts, then ErrWithdrawn, ErrEvicted, or
+// the client's error.
+func (p *Presence) Err() error { return p.error() }
 
 // Withdraw ends the Presence and deletes the live node, unless it is
 // already gone (with the session, too) or no longer this Presence's.
 func (p *Presence) Withdraw(ctx context.Context) error {
-	p.end(ErrWithdrawn)
-	p.stopOnce.Do(func() { close(p.stop) })
+	p.giveUp(ErrWithdrawn)
 	for {
 		st, ok, err := p.g.c.Exists(ctx, p.node)
 		if errors.Is(err, client.ErrConnectionLoss) {

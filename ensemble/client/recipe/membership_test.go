@@ -342,37 +342,10 @@ func membershipCancelledCreate(t *testing.T, b recipeBackend) {
 	}
 	px := testkit.StartProxy(t, b.servers[0])
 	c := b.connectTo(t, px.Addr())
-	held, release := px.HoldReplyTo(wire.OpCreate2)
-	defer release()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
+	giveUpMidCreate(t, px, "Announce", func(ctx context.Context) error {
 		_, err := recipe.NewGroup(c, dir, nil).Announce(ctx, "m", []byte("mine"))
-		done <- err
-	}()
-	select {
-	case <-held:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the create's reply never came")
-	}
-	// Once Announce gave up on the create it syncs to learn its outcome;
-	// that answer comes behind the held reply, so let it go then.
-	cleanup := px.AwaitRequest(wire.OpSync)
-	cancel()
-	select {
-	case <-cleanup:
-	case <-time.After(10 * time.Second):
-		t.Fatal("Announce never looked for the node its create may have made")
-	}
-	release()
-	select {
-	case err := <-done:
-		if !errors.Is(err, context.Canceled) {
-			t.Fatalf("Announce = %v, want context.Canceled", err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("Announce did not return after its ctx ended")
-	}
+		return err
+	})
 	if readRoster(t, recipe.NewGroup(c, dir, nil)).IsLive("m") {
 		t.Fatal("the live node of an Announce given up mid-create is left behind")
 	}

@@ -88,10 +88,20 @@ type Status struct {
 	Stopping bool
 }
 
-// seqOf returns the sequence number of a queue node name, or -1.
-func seqOf(name string) int64 {
+// seqOf returns the sequence number of a queue node name, or -1. Queue
+// nodes of older supervisors carry no id, so none is required.
+func seqOf(name string) int64 { return sequenceOf(name, NodePrefix, false) }
+
+// sortQueue orders queue node names by sequence number, dropping names
+// that are not queue nodes (the run node among them).
+func sortQueue(kids []string) []string { return sortSequential(kids, seqOf) }
+
+// sequenceOf returns the sequence number the server appended to a node
+// name made from prefix (and, withID, an id and a dash after it), or -1
+// for a name not made so.
+func sequenceOf(name, prefix string, withID bool) int64 {
 	i := strings.LastIndexByte(name, '-')
-	if !strings.HasPrefix(name, NodePrefix) || i < 0 {
+	if !strings.HasPrefix(name, prefix) || i < 0 || withID && i < len(prefix) {
 		return -1
 	}
 	n, err := strconv.ParseInt(name[i+1:], 10, 64)
@@ -101,16 +111,16 @@ func seqOf(name string) int64 {
 	return n
 }
 
-// sortQueue orders queue node names by sequence number, dropping names
-// that are not queue nodes (the run node among them).
-func sortQueue(kids []string) []string {
-	out := kids[:0:0]
+// sortSequential orders the names seq accepts by their sequence number,
+// dropping the others.
+func sortSequential(kids []string, seq func(string) int64) []string {
+	out := make([]string, 0, len(kids))
 	for _, k := range kids {
-		if seqOf(k) >= 0 {
+		if seq(k) >= 0 {
 			out = append(out, k)
 		}
 	}
-	sort.Slice(out, func(i, j int) bool { return seqOf(out[i]) < seqOf(out[j]) })
+	sort.Slice(out, func(i, j int) bool { return seq(out[i]) < seq(out[j]) })
 	return out
 }
 

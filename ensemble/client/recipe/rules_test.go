@@ -264,3 +264,27 @@ func TestAccessErrorText(t *testing.T) {
 		t.Errorf("AccessError = %q, want %q", got, want)
 	}
 }
+
+// A candidate's name always carries its id, unlike a queue node of an
+// older supervisor, so a bare "c-<seq>" is somebody else's node.
+func TestCandidateSeq(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		want int64
+	}{
+		{"c-0123abcd-0000000007", 7},
+		{"c-x-y-0000000042", 42},
+		{"c-0000000005", -1},
+		{"c-", -1},
+		{"c-ab-", -1},
+		{"lock-ab-0000000001", -1},
+		{"", -1},
+	} {
+		if got := candidateSeq(c.name); got != c.want {
+			t.Errorf("candidateSeq(%q) = %d, want %d", c.name, got, c.want)
+		}
+	}
+	if got := sortCandidates([]string{"c-b-0000000009", "lock-a-0000000001", "c-a-0000000002", "c-0000000001"}); !slices.Equal(got, []string{"c-a-0000000002", "c-b-0000000009"}) {
+		t.Errorf("sortCandidates = %q", got)
+	}
+}
