@@ -19,6 +19,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -471,4 +472,40 @@ func (w *chaosWorld) incarnation(label string) *chaosIncarnation {
 		return inc != nil
 	})
 	return inc
+}
+
+// hostSet is the supervisor hosts of a fault test: the goroutines that
+// start supervisors until stop is closed, and, under mu, whether the test
+// is stopping, so that no host starts one after halt.
+type hostSet struct {
+	stop chan struct{}
+	wg   sync.WaitGroup // the hosts
+	once sync.Once
+
+	mu       sync.Mutex
+	stopping bool
+}
+
+// halt stops the hosts: it closes stop and calls kill (with mu held) every
+// 50 ms, so that a supervisor started just before is killed too, until
+// every host returned.
+func (h *hostSet) halt(kill func()) {
+	h.mu.Lock()
+	h.stopping = true
+	h.mu.Unlock()
+	close(h.stop)
+	done := make(chan struct{})
+	go func() { h.wg.Wait(); close(done) }()
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		h.mu.Lock()
+		kill()
+		h.mu.Unlock()
+		select {
+		case <-done:
+			return
+		case <-tick.C:
+		}
+	}
 }

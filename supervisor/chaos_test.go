@@ -179,17 +179,14 @@ type chaosWorld struct {
 	members *chaos.Cluster
 	dir     string
 	seed    int64
-	rng     *rand.Rand // the schedule's; used by the test goroutine only
-	stop    chan struct{}
-	wg      sync.WaitGroup // the hosts
+	rng     *rand.Rand     // the schedule's; used by the test goroutine only
 	faultWG sync.WaitGroup // member faults in progress
-	once    sync.Once
+	hostSet
 
-	mu       sync.Mutex
+	// Under hostSet.mu.
 	live     map[string]*chaosIncarnation // by label
 	targeted map[string]string            // label → the fault aimed at it
 	exits    []chaosExit
-	stopping bool
 
 	// The test goroutine's own.
 	aimed      map[int64]string         // token → the holder fault aimed at its run
@@ -211,7 +208,7 @@ func newChaosWorld(t *testing.T, r *rig, m *chaos.Cluster, dir string, seed int6
 	}
 	t.Cleanup(func() { f.Close() })
 	return &chaosWorld{t: t, r: r, members: m, dir: dir, seed: seed, rng: rand.New(rand.NewSource(seed)),
-		stop: make(chan struct{}), live: map[string]*chaosIncarnation{}, targeted: map[string]string{},
+		hostSet: hostSet{stop: make(chan struct{})}, live: map[string]*chaosIncarnation{}, targeted: map[string]string{},
 		aimed: map[int64]string{}, slowest: map[string]time.Duration{}, frozen: map[int64]chaosFreeze{},
 		faults: map[string]int{}, faultLog: f, began: time.Now()}
 }
@@ -221,28 +218,12 @@ func newChaosWorld(t *testing.T, r *rig, m *chaos.Cluster, dir string, seed int6
 // the test: no host may start a supervisor after those.
 func (w *chaosWorld) shutdown() {
 	w.once.Do(func() {
-		w.mu.Lock()
-		w.stopping = true
-		w.mu.Unlock()
-		close(w.stop)
-		done := make(chan struct{})
-		go func() { w.wg.Wait(); close(done) }()
-		tick := time.NewTicker(50 * time.Millisecond)
-		defer tick.Stop()
-	loop:
-		for {
-			w.mu.Lock()
+		w.halt(func() {
 			for _, inc := range w.live {
 				inc.sup.Signal(syscall.SIGKILL)
 				inc.sup.Signal(syscall.SIGCONT)
 			}
-			w.mu.Unlock()
-			select {
-			case <-done:
-				break loop
-			case <-tick.C:
-			}
-		}
+		})
 		w.faultWG.Wait()
 		// Watchdogs and jobs whose supervisor died end by themselves;
 		// killAll makes sure before the records are read.
@@ -582,13 +563,23 @@ func (w *chaosWorld) foreignDelete(kind string, target chaosRec, faulted time.Ti
 	var kids []string
 	retry("list "+dir, func() (err error) { kids, _, err = c.Children(ctx, dir); return })
 	if kind == faultDeleteAll {
-		ops := []wire.MultiOp{}
-		for _, k := range kids {
-			ops = append(ops, wire.MultiOp{Type: wire.OpDelete, Path: path.Join(dir, k), Version: -1})
-		}
-		ops = append(ops, wire.MultiOp{Type: wire.OpDelete, Path: dir, Version: -1})
 		w.logf("%s: %s and its %d nodes, while %s holds token %d", kind, dir, len(kids), target.host, target.token)
-		retry("deleteall", func() error { _, err := c.Multi(ctx, ops...); return err })
+		retry("deleteall", func() error {
+			for {
+				ops := []wire.MultiOp{}
+				for _, k := range kids {
+					ops = append(ops, wire.MultiOp{Type: wire.OpDelete, Path: path.Join(dir, k), Version: -1})
+				}
+				ops = append(ops, wire.MultiOp{Type: wire.OpDelete, Path: dir, Version: -1})
+				_, err := c.Multi(ctx, ops...)
+				if !errors.Is(err, wire.ErrNotEmpty) && !errors.Is(err, wire.ErrNoNode) {
+					return err
+				}
+				// A contender came or went since the listing: the folder
+				// goes whole, with whatever it holds now.
+				retry("list "+dir, func() (err error) { kids, _, err = c.Children(ctx, dir); return })
+			}
+		})
 		return
 	}
 	queue := ""

@@ -305,8 +305,8 @@ func cronCrash(t *testing.T, overlap string) {
 
 	killed := time.Now()
 	victim.Signal(syscall.SIGKILL)
-	died := recv(t, jobDied, cronKillGrace+2*time.Second, "the crashed host's job to die")
-	expired := recv(t, gone, cronSessionTimeout+5*time.Second, "the dead host's lock node to go (its session's expiry)")
+	died := testkit.Recv(t, jobDied, cronKillGrace+2*time.Second, "the crashed host's job to die")
+	expired := testkit.Recv(t, gone, cronSessionTimeout+5*time.Second, "the dead host's lock node to go (its session's expiry)")
 	t.Logf("[%s] firing %s ran on %s (pid %d); kill -9 %v after it started → job dead %v later, session expired %v later",
 		overlap, cronFmt(v), victim.Name, victim.Pid(), ms(killed.Sub(victimRun.at)), ms(died.Sub(killed)), ms(expired.Sub(killed)))
 

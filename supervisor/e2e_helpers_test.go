@@ -354,19 +354,6 @@ func deathWatch(t *testing.T, pid int) <-chan time.Time {
 	return ch
 }
 
-// recv waits up to d for a value from ch.
-func recv[T any](t *testing.T, ch <-chan T, d time.Duration, what string) T {
-	t.Helper()
-	select {
-	case v := <-ch:
-		return v
-	case <-time.After(d):
-		t.Fatalf("timed out after %v waiting for %s", d, what)
-		var zero T
-		return zero
-	}
-}
-
 // --- backends -----------------------------------------------------------------
 
 // backend is an ensemble the supervisors use.

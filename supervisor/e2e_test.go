@@ -123,7 +123,7 @@ func TestE2EKillHolder(t *testing.T) {
 			}
 			return false
 		})
-		jobDied := recv(t, shDead, time.Second, "the job's death")
+		jobDied := testkit.Recv(t, shDead, time.Second, "the job's death")
 		t.Logf("kill -9 → job dead %v, all grandchildren dead %v", ms(jobDied.Sub(killed)), ms(gone.Sub(killed)))
 		if d := gone.Sub(killed); d > killGrace+time.Second {
 			t.Errorf("job tree outlived the kill of its supervisor by %v (kill-grace %v)", d, killGrace)
@@ -167,8 +167,8 @@ func TestE2EStoppedSupervisor(t *testing.T) {
 
 		stopped := time.Now()
 		a.Signal(syscall.SIGSTOP)
-		death := recv(t, died, sessionTimeout+2*time.Second, "the job's death")
-		expiry := recv(t, expired, sessionTimeout+5*time.Second, "the session's expiry (holder node deleted)")
+		death := testkit.Recv(t, died, sessionTimeout+2*time.Second, "the job's death")
+		expiry := testkit.Recv(t, expired, sessionTimeout+5*time.Second, "the session's expiry (holder node deleted)")
 		startB := r.await(5*time.Second, "start", "B", "")
 		term, hadTerm := r.find("sig", "A", "TERM")
 
@@ -225,8 +225,8 @@ func TestE2ECutOff(t *testing.T) {
 		for _, p := range proxies {
 			p.Drop(true)
 		}
-		death := recv(t, died, sessionTimeout+2*time.Second, "the job's death")
-		expiry := recv(t, expired, sessionTimeout+5*time.Second, "the session's expiry")
+		death := testkit.Recv(t, died, sessionTimeout+2*time.Second, "the job's death")
+		expiry := testkit.Recv(t, expired, sessionTimeout+5*time.Second, "the session's expiry")
 		startB := r.await(5*time.Second, "start", "B", "")
 		t.Logf("cut → job dead %v, session expired %v, B starts %v; job dead %v before expiry (%s)",
 			ms(death.Sub(cut)), ms(expiry.Sub(cut)), ms(startB.at.Sub(cut)), ms(expiry.Sub(death)), b.name)
@@ -476,7 +476,7 @@ func TestE2ETryTimeoutLockDelay(t *testing.T) {
 		ls := r.awaitQueue(10*time.Second, 1)
 		expired := r.watchGone(ls.Holder.Node)
 		a.Signal(syscall.SIGKILL)
-		expiry := recv(t, expired, sessionTimeout+5*time.Second, "A's session to expire")
+		expiry := testkit.Recv(t, expired, sessionTimeout+5*time.Second, "A's session to expire")
 		startC := r.await(delay+5*time.Second, "start", "C", "")
 		t.Logf("after a crash: session expired → next holder starts %v (lock-delay %v)", ms(startC.at.Sub(expiry)), delay)
 		if g := startC.at.Sub(expiry); g < delay {
@@ -572,7 +572,7 @@ func TestE2EFencedStore(t *testing.T) {
 		a.Signal(syscall.SIGSTOP)
 		r.touch("thaw") // what the job will see first when it resumes
 
-		expiry := recv(t, expired, sessionTimeout+5*time.Second, "A's session to expire")
+		expiry := testkit.Recv(t, expired, sessionTimeout+5*time.Second, "A's session to expire")
 		wroteB := r.await(10*time.Second, "wrote", "B", "")
 		startB, _ := r.find("start", "B", "")
 		if code := bb.Exit(t, 10*time.Second); code != 0 || wroteB.extra != "0" {

@@ -29,7 +29,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -339,14 +338,11 @@ type plossWorld struct {
 	nf   *netfault.Chain
 	dir  string
 	seed int64
-	stop chan struct{}
-	wg   sync.WaitGroup // the hosts
-	once sync.Once
+	hostSet
 
-	mu       sync.Mutex
-	live     map[string]*proc // by label
-	exits    []plossExit
-	stopping bool
+	// Under hostSet.mu.
+	live  map[string]*proc // by label
+	exits []plossExit
 }
 
 type plossExit struct {
@@ -357,7 +353,7 @@ type plossExit struct {
 
 func newPlossWorld(t *testing.T, c *chaos.Cluster) *plossWorld {
 	w := &plossWorld{t: t, c: c, nf: netfault.ForTest(t), seed: time.Now().UnixNano(),
-		stop: make(chan struct{}), live: map[string]*proc{}}
+		hostSet: hostSet{stop: make(chan struct{})}, live: map[string]*proc{}}
 	w.r = newRig(t, &backend{name: "coordrun server processes", servers: strings.Split(c.Servers(), ",")})
 	w.dir = w.r.dir
 	for k := 1; k <= plossHosts; k++ {
@@ -409,27 +405,12 @@ func (w *plossWorld) hostLoop(k int, rng *rand.Rand) {
 // host may start a supervisor after those.
 func (w *plossWorld) shutdown() {
 	w.once.Do(func() {
-		w.mu.Lock()
-		w.stopping = true
-		w.mu.Unlock()
-		close(w.stop)
-		done := make(chan struct{})
-		go func() { w.wg.Wait(); close(done) }()
-		tick := time.NewTicker(50 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			w.mu.Lock()
+		w.halt(func() {
 			for _, p := range w.live {
 				p.Signal(syscall.SIGKILL)
 			}
-			w.mu.Unlock()
-			select {
-			case <-done:
-				w.r.killAll()
-				return
-			case <-tick.C:
-			}
-		}
+		})
+		w.r.killAll()
 	})
 }
 

@@ -6,7 +6,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -17,6 +16,9 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/coordrun/coordrun/ensemble/client"
+	"github.com/coordrun/coordrun/internal/testkit"
 )
 
 // This file starts, watches and stops the ensemble members: coordrun and
@@ -149,20 +151,16 @@ func logTail(path string, n int) string {
 // freePorts reserves n distinct free loopback ports. They are released
 // before the members bind them; the window for a clash is small.
 func freePorts(n int) ([]int, error) {
-	var ports []int
-	var lns []net.Listener
-	defer func() {
-		for _, ln := range lns {
-			ln.Close()
-		}
-	}()
-	for i := 0; i < n; i++ {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
+	addrs, err := testkit.FindFreeAddrs("127.0.0.1", n)
+	if err != nil {
+		return nil, err
+	}
+	ports := make([]int, n)
+	for i, a := range addrs {
+		_, port, _ := net.SplitHostPort(a)
+		if ports[i], err = strconv.Atoi(port); err != nil {
 			return nil, err
 		}
-		lns = append(lns, ln)
-		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
 	}
 	return ports, nil
 }
@@ -389,17 +387,9 @@ func (s *system) logs() string {
 
 // fourLetter sends a four-letter word and returns the whole answer.
 func fourLetter(addr, word string) (string, error) {
-	c, err := net.DialTimeout("tcp", addr, time.Second)
-	if err != nil {
-		return "", err
-	}
-	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(2 * time.Second))
-	if _, err := c.Write([]byte(word)); err != nil {
-		return "", err
-	}
-	b, err := io.ReadAll(c)
-	return string(b), err
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	return client.FourLetter(ctx, addr, word, nil)
 }
 
 // field is the value of a "Key: value" line.

@@ -40,3 +40,16 @@ func Context(t testing.TB, d time.Duration) context.Context {
 	t.Cleanup(cancel)
 	return ctx
 }
+
+// Recv waits up to d for a value from ch, or fails the test saying what
+// it waited for.
+func Recv[T any](t testing.TB, ch <-chan T, d time.Duration, what string) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(d):
+		t.Fatalf("timed out after %v waiting for %s", d, what)
+		panic("unreachable")
+	}
+}

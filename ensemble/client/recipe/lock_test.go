@@ -109,19 +109,6 @@ func lockConnectAuth(t *testing.T, b recipeBackend, auth ...client.Auth) *client
 	return c
 }
 
-// lockRecv waits for ch at most d.
-func lockRecv[T any](t *testing.T, ch <-chan T, d time.Duration, what string) T {
-	t.Helper()
-	select {
-	case v := <-ch:
-		return v
-	case <-time.After(d):
-		t.Fatalf("%s: nothing after %v", what, d)
-	}
-	var zero T
-	return zero
-}
-
 // The queue hands the lock on in order of entry, each waiter told its
 // position and the holder; tokens rise; the folder records each holder
 // and the last clean release.
@@ -134,7 +121,7 @@ func lockHandoffInOrder(t *testing.T, b recipeBackend) {
 		es = append(es, lockEnter(t, ctx, b.connect(t), dir, recipe.Info{Host: fmt.Sprint("h", i), PID: i}))
 	}
 	w0 := lockAcquire(ctx, es[0], false)
-	if err := lockRecv(t, w0.done, 10*time.Second, "first acquire"); err != nil {
+	if err := testkit.Recv(t, w0.done, 10*time.Second, "first acquire"); err != nil {
 		t.Fatal(err)
 	}
 	if st := <-w0.status; st.Position != 0 || st.HolderNode != path.Base(es[0].Node()) || st.Holder.Host != "h0" || st.Holder.Since.IsZero() {
@@ -142,7 +129,7 @@ func lockHandoffInOrder(t *testing.T, b recipeBackend) {
 	}
 	w1, w2 := lockAcquire(ctx, es[1], false), lockAcquire(ctx, es[2], false)
 	for i, w := range []*lockWaiter{w1, w2} {
-		st := lockRecv(t, w.status, 10*time.Second, "waiter status")
+		st := testkit.Recv(t, w.status, 10*time.Second, "waiter status")
 		if st.Position != i+1 || st.Length != 3 || st.HolderNode != path.Base(es[0].Node()) || st.Holder.Host != "h0" || st.Stopping {
 			t.Errorf("waiter %d status %+v", i+1, st)
 		}
@@ -156,7 +143,7 @@ func lockHandoffInOrder(t *testing.T, b recipeBackend) {
 		if err := es[i].Release(ctx); err != nil {
 			t.Fatalf("release %d: %v", i, err)
 		}
-		if err := lockRecv(t, w.done, 10*time.Second, fmt.Sprint("acquire ", i+1)); err != nil {
+		if err := testkit.Recv(t, w.done, 10*time.Second, fmt.Sprint("acquire ", i+1)); err != nil {
 			t.Fatal(err)
 		}
 		next := es[i+1]
@@ -220,9 +207,9 @@ func lockUncleanHandoff(t *testing.T, b recipeBackend) {
 	}
 	eb := lockEnter(t, ctx, b.connect(t), dir, recipe.Info{Host: "b"})
 	wb := lockAcquire(ctx, eb, false)
-	lockRecv(t, wb.status, 10*time.Second, "b queued")
+	testkit.Recv(t, wb.status, 10*time.Second, "b queued")
 	ca.Close()
-	if err := lockRecv(t, wb.done, 10*time.Second, "b acquires after a's session closed"); err != nil {
+	if err := testkit.Recv(t, wb.done, 10*time.Second, "b acquires after a's session closed"); err != nil {
 		t.Fatal(err)
 	}
 	if !eb.UncleanHandoff() {
@@ -243,12 +230,12 @@ func lockStandingRunNodeDeleted(t *testing.T, b recipeBackend) {
 	losses := a.WatchStanding(ctx)
 	eb := lockEnter(t, ctx, b.connect(t), dir, recipe.Info{Host: "b"})
 	wb := lockAcquire(ctx, eb, false)
-	lockRecv(t, wb.status, 10*time.Second, "b queued")
+	testkit.Recv(t, wb.status, 10*time.Second, "b queued")
 	run := path.Join(dir, recipe.RunNode)
 	if err := foreign.Delete(ctx, run, -1); err != nil {
 		t.Fatal(err)
 	}
-	l := lockRecv(t, losses, 10*time.Second, "a's standing loss")
+	l := testkit.Recv(t, losses, 10*time.Second, "a's standing loss")
 	if l.Node != run || l.Event != recipe.LossDeleted || l.Zxid == 0 {
 		t.Errorf("loss %+v, want %s deleted with a zxid", l, run)
 	}
@@ -281,14 +268,14 @@ func lockInterferenceConfirmedRelease(t *testing.T, b recipeBackend) {
 	losses := a.WatchStanding(ctx)
 	eb := lockEnter(t, ctx, b.connect(t), dir, recipe.Info{Host: "b"})
 	wb := lockAcquire(ctx, eb, false)
-	lockRecv(t, wb.status, 10*time.Second, "b queued")
+	testkit.Recv(t, wb.status, 10*time.Second, "b queued")
 	if err := foreign.Delete(ctx, a.Node(), -1); err != nil {
 		t.Fatal(err)
 	}
-	if l := lockRecv(t, losses, 10*time.Second, "a's standing loss"); l.Node != a.Node() || l.Event != recipe.LossDeleted {
+	if l := testkit.Recv(t, losses, 10*time.Second, "a's standing loss"); l.Node != a.Node() || l.Event != recipe.LossDeleted {
 		t.Errorf("loss %+v", l)
 	}
-	st := lockRecv(t, wb.status, 10*time.Second, "b's status at the head")
+	st := testkit.Recv(t, wb.status, 10*time.Second, "b's status at the head")
 	if st.Position != 0 || !st.Stopping || st.HolderNode != path.Base(a.Node()) || st.Holder.Host != "a" {
 		t.Errorf("b at the head: %+v, want a stopping", st)
 	}
@@ -309,18 +296,18 @@ func lockInterferenceUnconfirmed(t *testing.T, b recipeBackend) {
 	}
 	eb := lockEnter(t, ctx, b.connect(t), dir, recipe.Info{Host: "b", SessionTimeoutMS: 60000})
 	wb := lockAcquire(ctx, eb, false)
-	lockRecv(t, wb.status, 10*time.Second, "b queued")
+	testkit.Recv(t, wb.status, 10*time.Second, "b queued")
 	deleted := time.Now()
 	if err := foreign.Delete(ctx, a.Node(), -1); err != nil {
 		t.Fatal(err)
 	}
-	if st := lockRecv(t, wb.status, 10*time.Second, "b's status at the head"); !st.Stopping {
+	if st := testkit.Recv(t, wb.status, 10*time.Second, "b's status at the head"); !st.Stopping {
 		t.Errorf("b at the head: %+v, want a stopping", st)
 	}
 	if err := foreign.Delete(ctx, path.Join(dir, recipe.RunNode), -1); err != nil {
 		t.Fatal(err)
 	}
-	if err := lockRecv(t, wb.done, 10*time.Second+outlives, "b acquires"); err != nil {
+	if err := testkit.Recv(t, wb.done, 10*time.Second+outlives, "b acquires"); err != nil {
 		t.Fatal(err)
 	}
 	if waited := time.Since(deleted); waited < outlives {
@@ -351,7 +338,7 @@ func lockInterferenceRecordedStopping(t *testing.T, b recipeBackend) {
 	if err := foreign.Delete(ctx, a.Node(), -1); err != nil {
 		t.Fatal(err)
 	}
-	lockRecv(t, losses, 10*time.Second, "a's standing loss")
+	testkit.Recv(t, losses, 10*time.Second, "a's standing loss")
 	if err := foreign.Sync(ctx, dir); err != nil {
 		t.Fatal(err)
 	}
@@ -362,7 +349,7 @@ func lockInterferenceRecordedStopping(t *testing.T, b recipeBackend) {
 		t.Fatal(err)
 	}
 	wb := lockAcquire(ctx, eb, false)
-	st := lockRecv(t, wb.status, 10*time.Second, "b's status at the head")
+	st := testkit.Recv(t, wb.status, 10*time.Second, "b's status at the head")
 	if st.Position != 0 || !st.Stopping || st.HolderNode != path.Base(a.Node()) {
 		t.Errorf("b at the head: %+v, want a stopping", st)
 	}
@@ -387,13 +374,13 @@ func lockFolderDeleted(t *testing.T, b recipeBackend) {
 		wire.MultiOp{Type: wire.OpDelete, Path: dir, Version: -1}); err != nil {
 		t.Fatal(err)
 	}
-	lockRecv(t, losses, 10*time.Second, "a's standing loss")
+	testkit.Recv(t, losses, 10*time.Second, "a's standing loss")
 	if q := lockList(t, ctx, foreign, dir); q.Record != "stopping "+path.Base(a.Node()) || len(q.Contenders) != 0 {
 		t.Fatalf("folder after a heard of the deleteall: %+v, want it made again with a stopping", q)
 	}
 	n := lockEnter(t, ctx, b.connect(t), dir, recipe.Info{Host: "n", SessionTimeoutMS: 60000})
 	w := lockAcquire(ctx, n, false)
-	if st := lockRecv(t, w.status, 10*time.Second, "the newcomer's status"); st.Position != 0 || !st.Stopping || st.HolderNode != path.Base(a.Node()) {
+	if st := testkit.Recv(t, w.status, 10*time.Second, "the newcomer's status"); st.Position != 0 || !st.Stopping || st.HolderNode != path.Base(a.Node()) {
 		t.Errorf("newcomer at the head: %+v, want a stopping", st)
 	}
 	awaitsRelease(t, ctx, a, n, w, "the newcomer")
@@ -521,25 +508,25 @@ func lockWatchNodes(t *testing.T, b recipeBackend) {
 	}
 	unchanged := func(st wire.Stat) bool { return st.Version == 0 }
 	losses, armed := recipe.WatchNodes(ctx, c, []recipe.Watched{{Path: a, OK: unchanged}})
-	lockRecv(t, armed, 10*time.Second, "watches armed")
+	testkit.Recv(t, armed, 10*time.Second, "watches armed")
 	st, err := c.Set(ctx, a, []byte("x"), -1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if l := lockRecv(t, losses, 10*time.Second, "change"); l.Event != recipe.LossChanged || l.Zxid != st.Mzxid {
+	if l := testkit.Recv(t, losses, 10*time.Second, "change"); l.Event != recipe.LossChanged || l.Zxid != st.Mzxid {
 		t.Errorf("loss %+v, want changed at 0x%x", l, st.Mzxid)
 	}
 	// Already changed when watched: reported at once.
 	losses, _ = recipe.WatchNodes(ctx, c, []recipe.Watched{{Path: a, OK: unchanged}})
-	if l := lockRecv(t, losses, 10*time.Second, "changed before"); l.Event != recipe.LossChanged {
+	if l := testkit.Recv(t, losses, 10*time.Second, "changed before"); l.Event != recipe.LossChanged {
 		t.Errorf("loss %+v, want changed", l)
 	}
 	losses, _ = recipe.WatchNodes(ctx, c, []recipe.Watched{{Path: dir + "/none", OK: unchanged}})
-	if l := lockRecv(t, losses, 10*time.Second, "missing"); l.Event != recipe.LossMissing || l.Node != dir+"/none" {
+	if l := testkit.Recv(t, losses, 10*time.Second, "missing"); l.Event != recipe.LossMissing || l.Node != dir+"/none" {
 		t.Errorf("loss %+v, want missing", l)
 	}
 	losses, armed = recipe.WatchNodes(ctx, c, []recipe.Watched{{Path: a, OK: func(wire.Stat) bool { return true }}})
-	lockRecv(t, armed, 10*time.Second, "watches armed")
+	testkit.Recv(t, armed, 10*time.Second, "watches armed")
 	if err := c.Delete(ctx, a, -1); err != nil {
 		t.Fatal(err)
 	}
@@ -547,7 +534,7 @@ func lockWatchNodes(t *testing.T, b recipeBackend) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if l := lockRecv(t, losses, 10*time.Second, "deletion"); l.Event != recipe.LossDeleted || l.Zxid != parent.Pzxid {
+	if l := testkit.Recv(t, losses, 10*time.Second, "deletion"); l.Event != recipe.LossDeleted || l.Zxid != parent.Pzxid {
 		t.Errorf("loss %+v, want deleted at the parent's pzxid 0x%x", l, parent.Pzxid)
 	}
 }
@@ -637,7 +624,7 @@ func lockLostReleaseReply(t *testing.T, b recipeBackend) {
 	}
 	next := lockEnter(t, ctx, b.connect(t), dir, recipe.Info{Host: "b"})
 	w := lockAcquire(ctx, next, false)
-	lockRecv(t, w.status, 10*time.Second, "b queued")
+	testkit.Recv(t, w.status, 10*time.Second, "b queued")
 	px.CutReplyTo(wire.OpMulti)
 	if err := e.Release(ctx); err != nil {
 		t.Fatalf("release with its reply lost: %v", err)
@@ -645,7 +632,7 @@ func lockLostReleaseReply(t *testing.T, b recipeBackend) {
 	if px.Cuts() != 1 {
 		t.Fatalf("%d replies cut, want the release's", px.Cuts())
 	}
-	if err := lockRecv(t, w.done, 10*time.Second, "b acquires"); err != nil {
+	if err := testkit.Recv(t, w.done, 10*time.Second, "b acquires"); err != nil {
 		t.Fatal(err)
 	}
 	if next.UncleanHandoff() {
@@ -717,7 +704,7 @@ func awaitsRelease(t *testing.T, ctx context.Context, a, e *recipe.Entry, w *loc
 	if err := a.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if err := lockRecv(t, w.done, 10*time.Second, who+" acquires after a's release"); err != nil {
+	if err := testkit.Recv(t, w.done, 10*time.Second, who+" acquires after a's release"); err != nil {
 		t.Fatal(err)
 	}
 	if d, why := e.MustWait(); d > 0 || why != "" || e.UncleanHandoff() {
