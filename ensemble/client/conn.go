@@ -404,28 +404,20 @@ func (cn *conn) handle(frame []byte) error {
 		cl.watches.fire(ev)
 		return nil
 	case wire.XidPing:
-		cn.mu.Lock()
-		if len(cn.pings) == 0 {
-			cn.mu.Unlock()
+		p, ok := shift(&cn.mu, &cn.pings)
+		if !ok {
 			return protocolError("ping reply without a ping outstanding")
 		}
-		p := cn.pings[0]
-		cn.pings = cn.pings[1:]
-		cn.mu.Unlock()
 		if !provesLiveness(h.Err) {
 			return fmt.Errorf("server answered a ping with %w", h.Err)
 		}
 		cl.prove(p.sent, cn.timeout)
 		return nil
 	case wire.XidAuth:
-		cn.mu.Lock()
-		if len(cn.auths) == 0 {
-			cn.mu.Unlock()
+		r, ok := shift(&cn.mu, &cn.auths)
+		if !ok {
 			return protocolError("auth reply without an auth outstanding")
 		}
-		r := cn.auths[0]
-		cn.auths = cn.auths[1:]
-		cn.mu.Unlock()
 		if provesLiveness(h.Err) {
 			cl.prove(r.sent, cn.timeout)
 		}
@@ -508,4 +500,16 @@ func (cn *conn) handle(frame []byte) error {
 // session is gone or elsewhere.
 func provesLiveness(c wire.Code) bool {
 	return c != wire.ErrSessionExpired && c != wire.ErrSessionMoved
+}
+
+// shift takes the first element off *q under mu; false when *q is empty.
+func shift[T any](mu *sync.Mutex, q *[]T) (T, bool) {
+	mu.Lock()
+	defer mu.Unlock()
+	var v T
+	if len(*q) == 0 {
+		return v, false
+	}
+	v, *q = (*q)[0], (*q)[1:]
+	return v, true
 }

@@ -16,20 +16,10 @@ type outbox struct {
 
 func newOutbox() *outbox { return &outbox{kick: make(chan struct{}, 1)} }
 
-func (o *outbox) push(r *request) error {
-	o.mu.Lock()
-	if o.err != nil {
-		err := o.err
-		o.mu.Unlock()
-		return err
-	}
-	o.q = append(o.q, r)
-	o.mu.Unlock()
-	o.signal()
-	return nil
-}
+func (o *outbox) push(r *request) error { return o.pushLast(r, nil) }
 
-// pushLast queues r and then refuses everything after it with refuse.
+// pushLast queues r and then, unless refuse is nil, refuses everything
+// after it with refuse.
 func (o *outbox) pushLast(r *request, refuse error) error {
 	o.mu.Lock()
 	if o.err != nil {

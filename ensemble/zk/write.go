@@ -28,33 +28,18 @@ func PlanWrite(req *Request, s Session, lim Limits) Plan {
 	txn := &tree.Txn{Kind: tree.TxnOps, Session: s.ID, Auth: s.Auth}
 	var code wire.Code
 	switch req.Op {
-	case wire.OpCreate, wire.OpCreate2, wire.OpCreateContainer, wire.OpCreateTTL:
-		code = addCreate(txn, req.Op, req.Path, req.Data, req.ACL, req.Flags, lim)
-	case wire.OpDelete:
-		code = addPathOp(txn, tree.OpDelete, req.Path, nil, req.Version, nil, lim)
-	case wire.OpSetData:
-		code = addPathOp(txn, tree.OpSetData, req.Path, nonNil(req.Data), req.Version, nil, lim)
-	case wire.OpSetACL:
-		code = addPathOp(txn, tree.OpSetACL, req.Path, nil, req.Version, req.ACL, lim)
-	case wire.OpCheck:
-		code = addPathOp(txn, tree.OpCheck, req.Path, nil, req.Version, nil, lim)
 	case wire.OpMulti:
 		txn.Multi = true
 		p.types = make([]int32, 0, len(req.Ops))
 		for i := range req.Ops {
 			o := &req.Ops[i]
-			var c wire.Code
-			switch o.Type {
-			case wire.OpCreate, wire.OpCreate2, wire.OpCreateContainer, wire.OpCreateTTL:
-				c = addCreate(txn, o.Type, o.Path, o.Data, o.ACL, o.Flags, lim)
-			case wire.OpDelete:
-				c = addPathOp(txn, tree.OpDelete, o.Path, nil, o.Version, nil, lim)
-			case wire.OpSetData:
-				c = addPathOp(txn, tree.OpSetData, o.Path, nonNil(o.Data), o.Version, nil, lim)
-			case wire.OpCheck:
-				c = addPathOp(txn, tree.OpCheck, o.Path, nil, o.Version, nil, lim)
-			default:
-				// A read inside a write multi is a malformed request.
+			c, ok := wire.ErrBadArguments, false
+			if o.Type != wire.OpSetACL {
+				c, ok = addOp(txn, o.Type, o.Path, o.Data, o.ACL, o.Flags, o.Version, lim)
+			}
+			if !ok {
+				// A read, or a setACL, inside a write multi is a
+				// malformed request.
 				c = wire.ErrBadArguments
 				txn.Ops = append(txn.Ops, tree.Op{})
 			}
@@ -62,7 +47,10 @@ func PlanWrite(req *Request, s Session, lim Limits) Plan {
 			p.types = append(p.types, o.Type)
 		}
 	default:
-		code = wire.ErrUnimplemented
+		var ok bool
+		if code, ok = addOp(txn, req.Op, req.Path, req.Data, req.ACL, req.Flags, req.Version, lim); !ok {
+			code = wire.ErrUnimplemented
+		}
 	}
 	switch {
 	case code != wire.OK:
@@ -71,6 +59,24 @@ func PlanWrite(req *Request, s Session, lim Limits) Plan {
 		p.Txn = txn
 	}
 	return p
+}
+
+// addOp appends the op of a write request and returns its early error;
+// for an opcode that is not a write it appends nothing and returns false.
+func addOp(txn *tree.Txn, op int32, path string, data []byte, acl []wire.ACL, flags, version int32, lim Limits) (wire.Code, bool) {
+	switch op {
+	case wire.OpCreate, wire.OpCreate2, wire.OpCreateContainer, wire.OpCreateTTL:
+		return addCreate(txn, op, path, data, acl, flags, lim), true
+	case wire.OpDelete:
+		return addPathOp(txn, tree.OpDelete, path, nil, version, nil, lim), true
+	case wire.OpSetData:
+		return addPathOp(txn, tree.OpSetData, path, nonNil(data), version, nil, lim), true
+	case wire.OpSetACL:
+		return addPathOp(txn, tree.OpSetACL, path, nil, version, acl, lim), true
+	case wire.OpCheck:
+		return addPathOp(txn, tree.OpCheck, path, nil, version, nil, lim), true
+	}
+	return 0, false
 }
 
 // addCreate appends a create op. Precedence: a TTL opcode (TTL nodes are
