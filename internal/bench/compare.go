@@ -37,7 +37,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -101,22 +100,17 @@ func parseInts(s string) ([]int, error) {
 
 // compareReport is everything -compare measured.
 type compareReport struct {
-	Started     time.Time        `json:"started"`
-	DurationSec float64          `json:"duration_sec"`
-	WarmupSec   float64          `json:"warmup_sec"`
-	ValueBytes  int              `json:"value_bytes"`
-	CPUs        int              `json:"cpus"`
-	GoVersion   string           `json:"go_version"`
-	Systems     []systemInfo     `json:"systems"`
-	Skipped     []string         `json:"skipped,omitempty"`
-	Job         string           `json:"job,omitempty"` // the job of the run and crash workloads
-	Headline    []metricRow      `json:"headline"`
-	KV          []result         `json:"kv"`
-	Locks       []handoffResult  `json:"locks"`
-	Crashes     []crashResult    `json:"crashes"`
-	Failovers   []recoveryResult `json:"failovers"`
-	Startups    []recoveryResult `json:"startups"`
-	Memory      []memRow         `json:"memory"`
+	runInfo
+	Systems   []systemInfo     `json:"systems"`
+	Skipped   []string         `json:"skipped,omitempty"`
+	Job       string           `json:"job,omitempty"` // the job of the run and crash workloads
+	Headline  []metricRow      `json:"headline"`
+	KV        []result         `json:"kv"`
+	Locks     []handoffResult  `json:"locks"`
+	Crashes   []crashResult    `json:"crashes"`
+	Failovers []recoveryResult `json:"failovers"`
+	Startups  []recoveryResult `json:"startups"`
+	Memory    []memRow         `json:"memory"`
 }
 
 // metricRow is one line of the headline table: a metric of a workload on
@@ -139,10 +133,7 @@ func runCompare(ctx context.Context, cfg config, cc compareConfig) error {
 		stopAll()
 		os.RemoveAll(root)
 	}()
-	rep := &compareReport{
-		Started: time.Now().UTC(), DurationSec: cfg.duration.Seconds(), WarmupSec: cfg.warmup.Seconds(),
-		ValueBytes: cfg.valueSize, CPUs: runtime.NumCPU(), GoVersion: runtime.Version(),
-	}
+	rep := &compareReport{runInfo: newRunInfo(cfg)}
 	skip := func(name string, why error) {
 		msg := fmt.Sprintf("%s: skipped: %v", name, why)
 		fmt.Fprintln(os.Stderr, "bench:", msg)

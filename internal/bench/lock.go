@@ -229,15 +229,7 @@ func startJobProc(name, outPath, logPath string, env []string, argv ...string) (
 	defer logf.Close()
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Stdout, cmd.Stderr, cmd.Env = outf, logf, env
-	if err := startCmd(cmd); err != nil {
-		return nil, fmt.Errorf("start %s: %w", name, err)
-	}
-	p := &proc{name: name, cmd: cmd, logPath: logPath, done: make(chan struct{})}
-	children.Lock()
-	children.list = append(children.list, p)
-	children.Unlock()
-	go func() { p.exitErr = cmd.Wait(); close(p.done) }()
-	return p, nil
+	return startChild(name, logPath, cmd)
 }
 
 // waitDone waits for p to exit, at most until deadline.

@@ -186,10 +186,7 @@ func run(ctx context.Context, cfg config) error {
 		}
 	}
 
-	rep := report{
-		Started: time.Now().UTC(), DurationSec: cfg.duration.Seconds(), WarmupSec: cfg.warmup.Seconds(),
-		ValueBytes: cfg.valueSize, CPUs: runtime.NumCPU(), GoVersion: runtime.Version(), TempDir: root,
-	}
+	rep := report{runInfo: newRunInfo(cfg), TempDir: root}
 	for _, s := range systems {
 		rep.Systems = append(rep.Systems, systemInfo{Name: s.name, Version: s.version})
 	}
@@ -553,18 +550,31 @@ type memRow struct {
 	HWMKiB int64  `json:"vmhwm_kib"`
 }
 
+// runInfo heads every report: when and how the run was made, and on
+// what. Embedded, so its fields stand at the top level of the JSON.
+type runInfo struct {
+	Started     time.Time `json:"started"`
+	DurationSec float64   `json:"duration_sec"`
+	WarmupSec   float64   `json:"warmup_sec"`
+	ValueBytes  int       `json:"value_bytes"`
+	CPUs        int       `json:"cpus"`
+	GoVersion   string    `json:"go_version"`
+}
+
+func newRunInfo(cfg config) runInfo {
+	return runInfo{
+		Started: time.Now().UTC(), DurationSec: cfg.duration.Seconds(), WarmupSec: cfg.warmup.Seconds(),
+		ValueBytes: cfg.valueSize, CPUs: runtime.NumCPU(), GoVersion: runtime.Version(),
+	}
+}
+
 type report struct {
-	Started     time.Time    `json:"started"`
-	DurationSec float64      `json:"duration_sec"`
-	WarmupSec   float64      `json:"warmup_sec"`
-	ValueBytes  int          `json:"value_bytes"`
-	CPUs        int          `json:"cpus"`
-	GoVersion   string       `json:"go_version"`
-	TempDir     string       `json:"temp_dir"`
-	Systems     []systemInfo `json:"systems"`
-	Results     []result     `json:"results"`
-	Memory      []memRow     `json:"memory"`
-	Lock        *lockReport  `json:"lock,omitempty"`
+	runInfo
+	TempDir string       `json:"temp_dir"`
+	Systems []systemInfo `json:"systems"`
+	Results []result     `json:"results"`
+	Memory  []memRow     `json:"memory"`
+	Lock    *lockReport  `json:"lock,omitempty"`
 }
 
 func (r *report) print(out *os.File) {

@@ -63,6 +63,8 @@ var children struct {
 	list []*proc
 }
 
+// startProc starts a child with stdout and stderr to logPath and
+// registers it for stopAll.
 func startProc(name, logPath string, argv ...string) (*proc, error) {
 	logf, err := os.Create(logPath)
 	if err != nil {
@@ -71,6 +73,11 @@ func startProc(name, logPath string, argv ...string) (*proc, error) {
 	defer logf.Close() // the child holds its own descriptor
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Stdout, cmd.Stderr = logf, logf
+	return startChild(name, logPath, cmd)
+}
+
+// startChild starts cmd and registers it for stopAll.
+func startChild(name, logPath string, cmd *exec.Cmd) (*proc, error) {
 	if err := startCmd(cmd); err != nil {
 		return nil, fmt.Errorf("start %s: %w", name, err)
 	}

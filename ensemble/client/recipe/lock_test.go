@@ -57,6 +57,16 @@ func lockEnter(t *testing.T, ctx context.Context, c *client.Client, dir string, 
 	return e
 }
 
+// lockHold enters the lock in dir and waits until it holds it.
+func lockHold(t *testing.T, ctx context.Context, c *client.Client, dir string, info recipe.Info) *recipe.Entry {
+	t.Helper()
+	e := lockEnter(t, ctx, c, dir, info)
+	if err := e.Acquire(ctx, nil); err != nil {
+		t.Fatalf("acquire %s: %v", dir, err)
+	}
+	return e
+}
+
 // lockList reads the lock in dir after a sync, so that it sees every
 // write done before, on whatever member c is.
 func lockList(t *testing.T, ctx context.Context, c *client.Client, dir string) recipe.Queue {
@@ -201,10 +211,7 @@ func lockUncleanHandoff(t *testing.T, b recipeBackend) {
 	ctx := testkit.Context(t, 60*time.Second)
 	dir := b.folder(t, "unclean")
 	ca := b.connect(t)
-	a := lockEnter(t, ctx, ca, dir, recipe.Info{Host: "a"})
-	if err := a.Acquire(ctx, nil); err != nil {
-		t.Fatal(err)
-	}
+	lockHold(t, ctx, ca, dir, recipe.Info{Host: "a"})
 	eb := lockEnter(t, ctx, b.connect(t), dir, recipe.Info{Host: "b"})
 	wb := lockAcquire(ctx, eb, false)
 	testkit.Recv(t, wb.status, 10*time.Second, "b queued")
@@ -223,10 +230,7 @@ func lockStandingRunNodeDeleted(t *testing.T, b recipeBackend) {
 	ctx := testkit.Context(t, 60*time.Second)
 	dir := b.folder(t, "standing")
 	foreign := b.connect(t)
-	a := lockEnter(t, ctx, b.connect(t), dir, recipe.Info{Host: "a"})
-	if err := a.Acquire(ctx, nil); err != nil {
-		t.Fatal(err)
-	}
+	a := lockHold(t, ctx, b.connect(t), dir, recipe.Info{Host: "a"})
 	losses := a.WatchStanding(ctx)
 	eb := lockEnter(t, ctx, b.connect(t), dir, recipe.Info{Host: "b"})
 	wb := lockAcquire(ctx, eb, false)
@@ -261,10 +265,7 @@ func lockInterferenceConfirmedRelease(t *testing.T, b recipeBackend) {
 	ctx := testkit.Context(t, 60*time.Second)
 	dir := b.folder(t, "confirmed")
 	foreign := b.connect(t)
-	a := lockEnter(t, ctx, b.connect(t), dir, recipe.Info{Host: "a", SessionTimeoutMS: 60000})
-	if err := a.Acquire(ctx, nil); err != nil {
-		t.Fatal(err)
-	}
+	a := lockHold(t, ctx, b.connect(t), dir, recipe.Info{Host: "a", SessionTimeoutMS: 60000})
 	losses := a.WatchStanding(ctx)
 	eb := lockEnter(t, ctx, b.connect(t), dir, recipe.Info{Host: "b"})
 	wb := lockAcquire(ctx, eb, false)
@@ -290,10 +291,7 @@ func lockInterferenceUnconfirmed(t *testing.T, b recipeBackend) {
 	dir := b.folder(t, "unconfirmed")
 	const outlives = 1200 * time.Millisecond // a's bounds below
 	foreign := b.connect(t)
-	a := lockEnter(t, ctx, b.connect(t), dir, recipe.Info{Host: "a", SessionTimeoutMS: 1000, KillGraceMS: 200})
-	if err := a.Acquire(ctx, nil); err != nil {
-		t.Fatal(err)
-	}
+	a := lockHold(t, ctx, b.connect(t), dir, recipe.Info{Host: "a", SessionTimeoutMS: 1000, KillGraceMS: 200})
 	eb := lockEnter(t, ctx, b.connect(t), dir, recipe.Info{Host: "b", SessionTimeoutMS: 60000})
 	wb := lockAcquire(ctx, eb, false)
 	testkit.Recv(t, wb.status, 10*time.Second, "b queued")
@@ -329,10 +327,7 @@ func lockInterferenceRecordedStopping(t *testing.T, b recipeBackend) {
 	ctx := testkit.Context(t, 60*time.Second)
 	dir := b.folder(t, "stopping")
 	foreign := b.connect(t)
-	a := lockEnter(t, ctx, b.connect(t), dir, recipe.Info{Host: "a", SessionTimeoutMS: 60000})
-	if err := a.Acquire(ctx, nil); err != nil {
-		t.Fatal(err)
-	}
+	a := lockHold(t, ctx, b.connect(t), dir, recipe.Info{Host: "a", SessionTimeoutMS: 60000})
 	losses := a.WatchStanding(ctx)
 	eb := lockEnter(t, ctx, b.connect(t), dir, recipe.Info{Host: "b", SessionTimeoutMS: 60000})
 	if err := foreign.Delete(ctx, a.Node(), -1); err != nil {
@@ -363,10 +358,7 @@ func lockFolderDeleted(t *testing.T, b recipeBackend) {
 	ctx := testkit.Context(t, 60*time.Second)
 	dir := b.folder(t, "deleteall")
 	foreign := b.connect(t)
-	a := lockEnter(t, ctx, b.connect(t), dir, recipe.Info{Host: "a", SessionTimeoutMS: 60000})
-	if err := a.Acquire(ctx, nil); err != nil {
-		t.Fatal(err)
-	}
+	a := lockHold(t, ctx, b.connect(t), dir, recipe.Info{Host: "a", SessionTimeoutMS: 60000})
 	losses := a.WatchStanding(ctx)
 	if _, err := foreign.Multi(ctx,
 		wire.MultiOp{Type: wire.OpDelete, Path: a.Node(), Version: -1},
@@ -618,10 +610,7 @@ func lockLostTakeReply(t *testing.T, b recipeBackend) {
 func lockLostReleaseReply(t *testing.T, b recipeBackend) {
 	ctx := testkit.Context(t, 60*time.Second)
 	px, c, dir := lockProxied(t, b, "lostrelease")
-	e := lockEnter(t, ctx, c, dir, recipe.Info{Host: "a"})
-	if err := e.Acquire(ctx, nil); err != nil {
-		t.Fatal(err)
-	}
+	e := lockHold(t, ctx, c, dir, recipe.Info{Host: "a"})
 	next := lockEnter(t, ctx, b.connect(t), dir, recipe.Info{Host: "b"})
 	w := lockAcquire(ctx, next, false)
 	testkit.Recv(t, w.status, 10*time.Second, "b queued")
