@@ -43,13 +43,7 @@ func TestOptionsValidate(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			o := ok()
 			c.change(&o)
-			err := o.Validate()
-			switch {
-			case c.err == "" && err != nil:
-				t.Errorf("Validate: %v", err)
-			case c.err != "" && (err == nil || !strings.Contains(err.Error(), c.err)):
-				t.Errorf("Validate = %v, want an error with %q", err, c.err)
-			}
+			checkValidate(t, o.Validate(), c.err)
 		})
 	}
 }
@@ -80,18 +74,24 @@ func TestCronOptionsValidate(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			o := ok()
 			c.change(&o)
-			err := o.Validate()
-			switch {
-			case c.err == "" && err != nil:
-				t.Errorf("Validate: %v", err)
-			case c.err != "" && (err == nil || !strings.Contains(err.Error(), c.err)):
-				t.Errorf("Validate = %v, want an error with %q", err, c.err)
-			}
+			checkValidate(t, o.Validate(), c.err)
 		})
 	}
 	// Validate fills in each job's defaults.
 	o := ok()
 	if err := o.Validate(); err != nil || o.Jobs[0].Overlap != OverlapSkip || o.Jobs[0].History != 100 {
 		t.Errorf("after Validate (%v): job %+v", err, o.Jobs[0])
+	}
+}
+
+// checkValidate checks Validate's answer: no error when want is empty,
+// else an error that says want.
+func checkValidate(t *testing.T, err error, want string) {
+	t.Helper()
+	switch {
+	case want == "" && err != nil:
+		t.Errorf("Validate: %v", err)
+	case want != "" && (err == nil || !strings.Contains(err.Error(), want)):
+		t.Errorf("Validate = %v, want an error with %q", err, want)
 	}
 }
