@@ -97,14 +97,20 @@ type conn struct {
 	// certificate; an auth packet of scheme x509 re-authenticates with
 	// them.
 	certIDs []tree.Identity
-	// The sequencer's: the read it runs now, and scratch space for it.
-	current  slot
-	read     zk.Result
-	viewRead func(t *tree.Tree, zxid int64) // c.runCurrent, bound once
+	// The reader's: when the request it starts was read.
+	readAt time.Time
+	// The sequencer's: the read it runs now, and scratch space for it;
+	// when the outcome of the write it finishes was known here.
+	current   slot
+	read      zk.Result
+	viewRead  func(t *tree.Tree, zxid int64) // c.runCurrent, bound once
+	outcomeAt time.Time
 
 	outMu    sync.Mutex
 	out      [][]byte
 	outBytes int
+	outSince time.Time // when out became non-empty
+	outWrite bool      // out holds a write's reply
 	outKick  chan struct{}
 	closing  bool // stop after what is queued
 
@@ -215,8 +221,16 @@ func (c *conn) sessionEnded() {
 }
 
 // push queues a frame for the writer.
-func (c *conn) push(frame []byte) {
+func (c *conn) push(frame []byte) { c.pushFrame(frame, false) }
+
+// pushFrame queues a frame; write says it is a write's reply, so that the
+// batch it goes out in counts in the write stage.
+func (c *conn) pushFrame(frame []byte, write bool) {
 	c.outMu.Lock()
+	if len(c.out) == 0 {
+		c.outSince = time.Now()
+	}
+	c.outWrite = c.outWrite || write
 	c.out = append(c.out, frame)
 	c.outBytes += len(frame)
 	over := c.outBytes > maxQueuedReplyBytes
@@ -239,8 +253,8 @@ func (c *conn) writeLoop() {
 		case <-c.outKick:
 		}
 		c.outMu.Lock()
-		frames := c.out
-		c.out = nil
+		frames, since, write := c.out, c.outSince, c.outWrite
+		c.out, c.outWrite = nil, false
 		c.outBytes = 0
 		closing := c.closing
 		c.outMu.Unlock()
@@ -255,6 +269,9 @@ func (c *conn) writeLoop() {
 		if err := w.Flush(); err != nil {
 			c.close()
 			return
+		}
+		if write {
+			stats.stage(stageWrite, time.Since(since))
 		}
 		if closing {
 			c.close()
@@ -291,6 +308,7 @@ func (c *conn) readLoop(r *bufio.Reader) {
 			return
 		}
 		buf = frame[:0]
+		c.readAt = time.Now()
 		env.stats.received.Add(1)
 		env.stats.bytesIn.Add(int64(4 + len(frame)))
 		d.Reset(frame)
@@ -307,7 +325,7 @@ func (c *conn) readLoop(r *bufio.Reader) {
 			return
 		}
 		s.gen = gen
-		s.arrived = time.Now()
+		s.arrived = c.readAt
 		s.op = hdr.Opcode
 		env.stats.outstanding.Add(1) // until the sequencer is done with it
 		select {
@@ -377,23 +395,35 @@ func (c *conn) start(hdr wire.RequestHeader, d *wire.Decoder) (slot, error) {
 func (c *conn) startWrite(req *zk.Request) slot {
 	h := c.env.host
 	xid := req.Xid
+	stats := c.env.stats
 	plan := zk.PlanWrite(req, zk.Session{ID: c.session, Auth: c.auth}, c.env.limits)
 	if plan.Txn == nil {
 		zxid := h.lastZxid()
 		return slot{finish: func() []byte { return plan.Answer(xid, zxid) }}
 	}
+	planned := time.Now()
+	stats.stage(stageDecode, planned.Sub(c.readAt))
 	wait := h.submit(plan.Txn)
+	submitted := time.Now()
+	stats.stage(stagePropose, submitted.Sub(planned))
 	return slot{finish: func() []byte {
 		ctx, cancel := context.WithTimeout(c.env.ctx, 2*c.timeout)
 		defer cancel()
 		p, err := wait(ctx)
+		if err == nil && p.forwarded {
+			stats.stage(stageForward, p.ready.Sub(submitted))
+		}
 		if err == nil && h.lastZxid() < p.index && h.watches().hasAny(c) {
 			// This connection has watches: notifications of everything
 			// up to this write must reach it before the reply does, so
 			// wait until the write is applied here. Without watches the
 			// reply can go at once; later reads wait (see lastWrite).
 			err = h.waitApplied(ctx, p.index)
+			now := time.Now()
+			stats.stage(stageOwnApply, now.Sub(p.ready))
+			p.ready = now
 		}
+		c.outcomeAt = p.ready
 		if err != nil {
 			// Unknown outcome: only a lost connection tells the client
 			// that honestly.
@@ -437,6 +467,7 @@ func (c *conn) sequence() {
 // deliver finishes one request and queues its reply.
 func (c *conn) deliver(s *slot) {
 	h := c.env.host
+	c.outcomeAt = time.Time{} // set by a write's finish
 	// A deadline only for what may wait: on the leader most requests
 	// wait for nothing.
 	var ctx context.Context
@@ -534,8 +565,13 @@ func (c *conn) reply(s *slot, frame []byte) {
 			wire.PatchReplyZxid(frame, z)
 		}
 	}
-	c.push(frame)
-	c.env.stats.observe(s.op, time.Since(s.arrived))
+	write := !c.outcomeAt.IsZero()
+	c.pushFrame(frame, write)
+	now := time.Now()
+	c.env.stats.observe(s.op, now.Sub(s.arrived))
+	if write {
+		c.env.stats.stage(stageSequence, now.Sub(c.outcomeAt))
+	}
 }
 
 // zxid is the zxid a reply that reads no particular state carries.

@@ -86,7 +86,8 @@
 // outcome (zk.Plan.Reply). conn.reply raises the reply's zxid to the
 // session's last write (wire.PatchReplyZxid), queues it (conn.push, which
 // closes a connection whose queue exceeds maxQueuedReplyBytes) and
-// records it (requestStats.observe). The writer (conn.writeLoop) sends
+// records it (requestStats.observe); requestStats.stage records the time
+// a write spent in each stage on the way (stats.go names them). The writer (conn.writeLoop) sends
 // whatever is queued, notifications and replies in queue order.
 //
 // # Goroutines

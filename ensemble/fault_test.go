@@ -601,7 +601,7 @@ func TestFaultLeaderKilled(t *testing.T) {
 func faultPad(t *testing.T, c *cluster, conn *zk.Conn, n int, deadline time.Time) {
 	t.Helper()
 	leader := c.waitLeader()
-	futures := make([]raft.ApplyFuture, n)
+	futures := make([]leaderApply, n)
 	for i := range futures {
 		p := fmt.Sprintf("/catch/pad-%04d", i)
 		txn := &tree.Txn{Kind: tree.TxnOps, Ops: []tree.Op{{
@@ -616,7 +616,7 @@ func faultPad(t *testing.T, c *cluster, conn *zk.Conn, n int, deadline time.Time
 	}
 	redo := 0
 	for i, f := range futures {
-		if _, err := waitApply(f); err != nil {
+		if _, err := leader.waitApply(f); err != nil {
 			redo++
 			// The lost proposal may have committed all the same.
 			p := fmt.Sprintf("/catch/pad-%04d", i)

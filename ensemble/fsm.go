@@ -8,6 +8,7 @@ import (
 	"io"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/coordrun/coordrun/ensemble/tree"
 	"github.com/hashicorp/raft"
@@ -19,6 +20,9 @@ type applyResult struct {
 	res  tree.Result
 	zxid int64
 	err  error // the log entry could not be decoded
+	// The apply of the entry's batch began at started (the wait for the
+	// tree's lock included); done is when this entry's apply ended.
+	started, done time.Time
 }
 
 // fsm adapts tree.Tree to raft. The zxid of a txn is its raft log index, so
@@ -72,6 +76,7 @@ func (f *fsm) Apply(l *raft.Log) interface{} {
 
 func (f *fsm) ApplyBatch(logs []*raft.Log) []interface{} {
 	out := make([]interface{}, len(logs))
+	started := time.Now()
 	f.mu.Lock()
 	var last int64
 	var lastTerm uint64
@@ -85,7 +90,7 @@ func (f *fsm) ApplyBatch(logs []*raft.Log) []interface{} {
 		if err := txn.UnmarshalBinary(l.Data); err != nil {
 			// Every member rejects the same bytes alike, so skipping keeps
 			// them identical; the proposer learns of it through the result.
-			out[i] = applyResult{zxid: zxid, err: fmt.Errorf("undecodable txn at index %d: %w", l.Index, err)}
+			out[i] = applyResult{zxid: zxid, err: fmt.Errorf("undecodable txn at index %d: %w", l.Index, err), started: started, done: time.Now()}
 			last = zxid
 			continue
 		}
@@ -93,7 +98,7 @@ func (f *fsm) ApplyBatch(logs []*raft.Log) []interface{} {
 		if f.afterApply != nil {
 			f.afterApply(&txn, &res, zxid)
 		}
-		out[i] = applyResult{res: res, zxid: zxid}
+		out[i] = applyResult{res: res, zxid: zxid, started: started, done: time.Now()}
 		last = zxid
 	}
 	if last != 0 {

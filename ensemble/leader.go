@@ -30,14 +30,14 @@ func answered[T any](v T, err error) pending[T] {
 // leaderCall starts a request where the leader is and returns its pending
 // answer. When this member leads, local starts it here. Otherwise the
 // payload that encode gives (nil encode: none) goes to the leader as a
-// call of kind, and decode reads the reply. Requests started in order by
+// call of kind, and decode reads the reply (and when it arrived). Requests started in order by
 // one goroutine reach the leader in that order.
 //
 // Errors: no leader to call wraps ErrNoLeader (or is ErrClosed); a
 // failure the leader answered is a *peerError; a connection lost or ctx
 // ended while waiting wraps ErrUncertain for a call that changes state
 // (the leader may have acted on it), ErrNoLeader for others.
-func leaderCall[T any](m *Member, kind byte, encode func() ([]byte, error), local func() pending[T], decode func([]byte) (T, error)) pending[T] {
+func leaderCall[T any](m *Member, kind byte, encode func() ([]byte, error), local func() pending[T], decode func([]byte, time.Time) (T, error)) pending[T] {
 	if m.IsLeader() {
 		return local()
 	}
@@ -77,7 +77,7 @@ func leaderCall[T any](m *Member, kind byte, encode func() ([]byte, error), loca
 		case decode == nil:
 			return zero, nil
 		}
-		return decode(r.payload)
+		return decode(r.payload, r.at)
 	}
 }
 
@@ -100,10 +100,13 @@ func (m *Member) leaderAddr() (string, error) {
 	}
 }
 
-// proposal is a committed write: its zxid and outcome.
+// proposal is a committed write: its zxid and outcome, and when this
+// member learnt them (the apply on the leader, the reply on a follower).
 type proposal struct {
-	index int64
-	out   zk.Outcome
+	index     int64
+	out       zk.Outcome
+	ready     time.Time
+	forwarded bool
 }
 
 // submit hands a write to raft — directly when leading, else through the
@@ -118,9 +121,13 @@ func (m *Member) submit(txn *tree.Txn) pending[proposal] {
 			if err != nil {
 				return answered(proposal{}, err)
 			}
-			return func(context.Context) (proposal, error) { return waitApply(f) }
+			return func(context.Context) (proposal, error) { return m.waitApply(f) }
 		},
-		func(b []byte) (proposal, error) { return decodeProposeReply(rpcPropose, b) })
+		func(b []byte, at time.Time) (proposal, error) {
+			p, err := decodeProposeReply(rpcPropose, b)
+			p.ready, p.forwarded = at, true
+			return p, err
+		})
 }
 
 // readIndex returns a zxid this member must have applied before answering
@@ -130,7 +137,7 @@ func (m *Member) submit(txn *tree.Txn) pending[proposal] {
 func (m *Member) readIndex(ctx context.Context) (int64, error) {
 	idx, err := leaderCall(m, rpcReadIndex, nil,
 		func() pending[int64] { return m.localReadIndex },
-		func(b []byte) (int64, error) {
+		func(b []byte, _ time.Time) (int64, error) {
 			if len(b) != 8 {
 				return 0, fmt.Errorf("read index of %d bytes", len(b))
 			}
@@ -155,7 +162,7 @@ func (m *Member) sendTouch(ctx context.Context, ids []int64) ([]int64, error) {
 	return leaderCall(m, rpcTouch,
 		func() ([]byte, error) { return encodeIDs(ids), nil },
 		func() pending[[]int64] { return answered(m.touchAll(ids), nil) },
-		func(b []byte) ([]int64, error) { return decodeIDs(b), nil })(ctx)
+		func(b []byte, _ time.Time) ([]int64, error) { return decodeIDs(b), nil })(ctx)
 }
 
 func encodeIDs(ids []int64) []byte {
@@ -262,7 +269,7 @@ func (m *Member) servePropose(payload []byte) pending[[]byte] {
 		return answered[[]byte](nil, err)
 	}
 	return func(context.Context) ([]byte, error) {
-		p, err := waitApply(f)
+		p, err := m.waitApply(f)
 		if err != nil {
 			return nil, err
 		}

@@ -77,6 +77,7 @@ func newMetrics(src metricSources) *metrics {
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		info,
 		st.latency,
+		st.stages,
 		x.store,
 		gauge("coordrun_outstanding_requests", "Client requests read but not yet answered.",
 			func() float64 { return float64(st.outstanding.Load()) }),

@@ -319,3 +319,111 @@ func TestAdminHealthTLSClientPort(t *testing.T) {
 		t.Fatalf("the health check touched the TLS client port:\n%s", logs.String())
 	}
 }
+
+// histSum is the sample count and sum of a histogram's series.
+func (s scrape) hist(name string, labels ...string) (uint64, float64) {
+	if mt := s.find(name, labels...); mt != nil && mt.Histogram != nil {
+		return mt.Histogram.GetSampleCount(), mt.Histogram.GetSampleSum()
+	}
+	return 0, 0
+}
+
+// TestWriteStages: the stage histogram accounts for every write, on the
+// member that holds its connection (decode, propose, then commit and apply
+// on the leader or forward and own_apply on a follower, sequence, write)
+// and on the leader for the writes it proposes for followers; and the
+// stages of a write, added up, are the time from reading it to queueing
+// its reply, which coordrun_request_duration_seconds measures.
+func TestWriteStages(t *testing.T) {
+	c := startCluster(t, 3, withAdmin)
+	li := c.WaitLeader(t)
+	fi := (li + 1) % 3
+	leader, follower := c.Member(li), c.Member(fi)
+	const n = 20
+	type delta struct{ before, after scrape }
+	stage := func(d delta, name string) (uint64, float64) {
+		n0, s0 := d.before.hist("coordrun_write_stage_seconds", "stage", name)
+		n1, s1 := d.after.hist("coordrun_write_stage_seconds", "stage", name)
+		return n1 - n0, s1 - s0
+	}
+	setData := func(d delta) (uint64, float64) {
+		n0, s0 := d.before.hist("coordrun_request_duration_seconds", "op", "setData")
+		n1, s1 := d.after.hist("coordrun_request_duration_seconds", "op", "setData")
+		return n1 - n0, s1 - s0
+	}
+	// run does n setData on conn and returns the scrapes of the member
+	// before and after, once its metrics show all n.
+	run := func(conn *zk.Conn, p string, ms ...*Member) []delta {
+		if _, err := conn.Create(p, nil, 0, zk.WorldACL(zk.PermAll)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := conn.Sync(p); err != nil {
+			t.Fatal(err)
+		}
+		ds := make([]delta, len(ms))
+		for i, m := range ms {
+			ds[i].before = scrapeMetrics(t, m)
+		}
+		for i := 0; i < n; i++ {
+			if _, err := conn.Set(p, []byte{byte(i)}, -1); err != nil {
+				t.Fatal(err)
+			}
+		}
+		testkit.WaitFor(t, 10*time.Second, "the writes in the metrics", func() bool {
+			ds[0].after = scrapeMetrics(t, ms[0])
+			got, _ := setData(ds[0])
+			return got == n
+		})
+		for i := 1; i < len(ms); i++ {
+			ds[i].after = scrapeMetrics(t, ms[i])
+		}
+		return ds
+	}
+	counts := func(who string, d delta, want map[string]uint64) {
+		t.Helper()
+		for name, w := range want {
+			if got, _ := stage(d, name); got != w {
+				t.Errorf("%s: stage %s counted %d writes, want %d", who, name, got, w)
+			}
+		}
+	}
+	// covers checks that the stages add up to the request time: exactly,
+	// but for the call of raft.Apply, which both the propose and the
+	// commit stage contain, so never less (0.1 % for float sums).
+	covers := func(who string, d delta, stages ...string) {
+		t.Helper()
+		_, req := setData(d)
+		var sum float64
+		var parts []string
+		for _, s := range stages {
+			_, v := stage(d, s)
+			sum += v
+			parts = append(parts, fmt.Sprintf("%s %.0fµs", s, v/n*1e6))
+		}
+		t.Logf("%s: per write %s; request %.0fµs", who, strings.Join(parts, ", "), req/n*1e6)
+		if req <= 0 || sum < 0.999*req || sum > 1.25*req {
+			t.Errorf("%s: stages %v add up to %.6fs, the requests took %.6fs", who, stages, sum, req)
+		}
+	}
+
+	ld := run(testkit.DialZK(t, []string{c.ClientAddr(li)}, 5*time.Second), "/on-leader", leader)[0]
+	counts("leader", ld, map[string]uint64{"decode": n, "propose": n, "commit": n, "apply": n, "sequence": n, "forward": 0, "own_apply": 0})
+	if w, _ := stage(ld, "write"); w < 1 || w > n {
+		t.Errorf("leader: %d write batches for %d replies", w, n)
+	}
+	covers("leader", ld, "decode", "propose", "commit", "apply", "sequence")
+
+	// A follower's connection with a watch waits for its own apply.
+	fc := testkit.DialZK(t, []string{c.ClientAddr(fi)}, 5*time.Second)
+	if _, _, _, err := fc.ExistsW("/watched"); err != nil {
+		t.Fatal(err)
+	}
+	ds := run(fc, "/on-follower", follower, leader)
+	fd := ds[0]
+	counts("follower", fd, map[string]uint64{"decode": n, "propose": n, "forward": n, "sequence": n, "commit": 0, "apply": 0})
+	if a, _ := stage(fd, "own_apply"); a > n {
+		t.Errorf("follower: own_apply counted %d times for %d writes", a, n)
+	}
+	covers("follower", fd, "decode", "propose", "forward", "own_apply", "sequence")
+	counts("leader, for the follower's writes", ds[1], map[string]uint64{"commit": n, "apply": n, "decode": 0, "forward": 0})
+}

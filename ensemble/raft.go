@@ -210,19 +210,29 @@ func (m *Member) proposeLocal(txn *tree.Txn) (proposal, error) {
 	if err != nil {
 		return proposal{}, err
 	}
-	return waitApply(f)
+	return m.waitApply(f)
 }
 
-func (m *Member) applyAsLeader(txn *tree.Txn) (raft.ApplyFuture, error) {
+// leaderApply is a txn handed to raft on the leader, and when.
+type leaderApply struct {
+	f        raft.ApplyFuture
+	proposed time.Time
+}
+
+func (m *Member) applyAsLeader(txn *tree.Txn) (leaderApply, error) {
 	stamp(txn)
 	data, err := txn.MarshalBinary()
 	if err != nil {
-		return nil, err
+		return leaderApply{}, err
 	}
-	return m.raft.Apply(data, 0), nil
+	proposed := time.Now()
+	return leaderApply{f: m.raft.Apply(data, 0), proposed: proposed}, nil
 }
 
-func waitApply(f raft.ApplyFuture) (proposal, error) {
+// waitApply waits for a txn proposed here to be applied here, and records
+// how long raft took to commit it and the tree to apply it.
+func (m *Member) waitApply(a leaderApply) (proposal, error) {
+	f := a.f
 	if err := f.Error(); err != nil {
 		if errors.Is(err, raft.ErrNotLeader) {
 			return proposal{}, ErrNoLeader
@@ -236,7 +246,9 @@ func waitApply(f raft.ApplyFuture) (proposal, error) {
 	if ar.err != nil {
 		return proposal{}, ar.err
 	}
-	return proposal{index: ar.zxid, out: zk.OutcomeOf(&ar.res)}, nil
+	m.stats.stage(stageCommit, ar.started.Sub(a.proposed))
+	m.stats.stage(stageApply, ar.done.Sub(ar.started))
+	return proposal{index: ar.zxid, out: zk.OutcomeOf(&ar.res), ready: ar.done}, nil
 }
 
 // slogWriter carries raft's hclog output into the member's slog logger.

@@ -230,6 +230,7 @@ type rpcResult struct {
 	kind    byte
 	payload []byte
 	err     error
+	at      time.Time // when the reply was read
 }
 
 // rpcConn is the calling side of one member connection.
@@ -276,7 +277,7 @@ func (rc *rpcConn) readLoop() {
 		delete(rc.pending, id)
 		rc.mu.Unlock()
 		if ch != nil {
-			ch <- rpcResult{kind: kind, payload: payload}
+			ch <- rpcResult{kind: kind, payload: payload, at: time.Now()}
 		}
 	}
 }

@@ -34,18 +34,60 @@ type requestStats struct {
 	latCount int64
 	latency  *prometheus.HistogramVec
 	byOp     sync.Map // opcode → prometheus.Observer, resolved once per op
+
+	stages   *prometheus.HistogramVec
+	stageObs [numStages]prometheus.Observer
 }
+
+// The stages of a write, in the order it passes them. A write on the
+// leader goes decode, propose, commit, apply, sequence, write; one on a
+// follower goes decode, propose, forward (the leader records commit and
+// apply in its own metrics), own_apply when its connection has watches,
+// sequence, write.
+const (
+	stageDecode   = iota // frame read → request decoded and planned
+	stagePropose         // planned → handed to raft, or to the leader's connection
+	stageForward         // follower: handed to the leader → its reply read
+	stageCommit          // leader: handed to raft → its apply begins (log, replication, commit)
+	stageApply           // leader: apply of the entry's batch begins → this entry applied
+	stageOwnApply        // follower: reply read → the write applied here
+	stageSequence        // outcome known (and applied) → reply queued, in request order
+	stageWrite           // reply queued → written to the socket (per write batch)
+	numStages
+)
+
+var stageNames = [numStages]string{"decode", "propose", "forward", "commit", "apply", "own_apply", "sequence", "write"}
+
+// Stage buckets reach down to a few µs: decoding and queueing take that.
+var stageBuckets = []float64{.000005, .00001, .000025, .00005, .0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5}
 
 // Buckets span a local read (tens of µs) to a write stuck behind an
 // election (seconds).
 var requestBuckets = []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10}
 
 func newRequestStats() *requestStats {
-	return &requestStats{latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-		Name:    "coordrun_request_duration_seconds",
-		Help:    "Time from reading a client request to queueing its reply, by ZooKeeper op.",
-		Buckets: requestBuckets,
-	}, []string{"op"})}
+	s := &requestStats{
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "coordrun_request_duration_seconds",
+			Help:    "Time from reading a client request to queueing its reply, by ZooKeeper op.",
+			Buckets: requestBuckets,
+		}, []string{"op"}),
+		stages: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "coordrun_write_stage_seconds",
+			Help:    "Time a write spends in each stage of its path on this member (write: per batch of frames written).",
+			Buckets: stageBuckets,
+		}, []string{"stage"}),
+	}
+	for i, name := range stageNames {
+		s.stageObs[i] = s.stages.WithLabelValues(name)
+	}
+	return s
+}
+
+// stage records the time one write spent in stage i. A negative time (the
+// stage was over before it could be measured) counts as zero.
+func (s *requestStats) stage(i int, d time.Duration) {
+	s.stageObs[i].Observe(max(d, 0).Seconds())
 }
 
 // observe records one answered request: its opcode and the time from
