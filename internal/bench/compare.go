@@ -659,6 +659,7 @@ Ratios are coordrun's value over the other's: above 1 is better for "higher" met
 	}
 	tw.Flush()
 
+	printStages(out, rep.KV)
 	for _, x := range rep.KV {
 		if x.Errors > 0 {
 			fmt.Fprintf(out, "%s x%d on %s: %d errors, first: %s\n", x.Workload, x.Clients, x.System, x.Errors, x.FirstError)

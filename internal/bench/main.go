@@ -329,6 +329,8 @@ type result struct {
 	// CPUPerOpUs is the CPU time of all three members together during the
 	// measured window, per op (10 ms resolution per member).
 	CPUPerOpUs float64 `json:"server_cpu_us_per_op"`
+	// Stages is where coordrun's writes spent their time in the window.
+	Stages []stageRow `json:"stages,omitempty"`
 }
 
 // clientStats is what one client saw in the measured window.
@@ -350,13 +352,15 @@ type target struct {
 	name string
 	open func(ctx context.Context, i int) (worker, error)
 	cpu  func() time.Duration // the servers' CPU time so far; nil if not measurable
+	// stages scrapes coordrun's write stages; nil for other systems.
+	stages func() (map[string]stageHist, error)
 }
 
 // zkTarget drives s through go-zookeeper: client i has its own session on
 // the i-th member of s.clientOrder() (round robin) and its own znode.
 func zkTarget(s *system, value []byte) target {
 	order := s.clientOrder()
-	return target{name: s.name, cpu: s.cpu, open: func(ctx context.Context, i int) (worker, error) {
+	return target{name: s.name, cpu: s.cpu, stages: s.stages, open: func(ctx context.Context, i int) (worker, error) {
 		c, err := connect(ctx, order[i%len(order)])
 		if err != nil {
 			return worker{}, err
@@ -445,13 +449,23 @@ func measureOps(ctx context.Context, t target, workload string, n, writeEvery in
 		<-done
 		return res, ctx.Err()
 	}
-	cpu0 := cpu()
+	stagesAt := func() map[string]stageHist {
+		if t.stages == nil {
+			return nil
+		}
+		st, err := t.stages()
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "  (no write stages: %v)\n", err)
+		}
+		return st
+	}
+	cpu0, st0 := cpu(), stagesAt()
 	if !sleepUntil(ctx, to) {
 		closeAll()
 		<-done
 		return res, ctx.Err()
 	}
-	cpu1 := cpu()
+	cpu1, st1 := cpu(), stagesAt()
 	// No request starts after the window; one stuck past it is cut off by
 	// closing its client.
 	select {
@@ -478,6 +492,9 @@ func measureOps(ctx context.Context, t target, workload string, n, writeEvery in
 	res.OpsPerSec = float64(len(all)) / cfg.duration.Seconds()
 	res.P50Ms = ms(percentile(all, 0.50))
 	res.P99Ms = ms(percentile(all, 0.99))
+	if st0 != nil {
+		res.Stages = stageRows(st0, st1)
+	}
 	if len(all) > 0 && t.cpu != nil {
 		res.CPUPerOpUs = float64((cpu1 - cpu0).Microseconds()) / float64(len(all))
 	}

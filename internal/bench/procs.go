@@ -176,6 +176,7 @@ func freePorts(n int) ([]int, error) {
 type member struct {
 	id         int
 	clientAddr string
+	adminAddr  string // coordrun's /metrics; empty for the others
 	proc       *proc
 	role       string // "leader" or "follower", from srvr
 }
@@ -242,7 +243,7 @@ func launchCoordrun(bin, dir string) (*system, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
-	ports, err := freePorts(6)
+	ports, err := freePorts(9) // client, peer, admin per member
 	if err != nil {
 		return nil, err
 	}
@@ -252,13 +253,14 @@ func launchCoordrun(bin, dir string) (*system, error) {
 	}
 	sys := &system{name: "coordrun"}
 	for i := 1; i <= 3; i++ {
-		m := &member{id: i, clientAddr: fmt.Sprintf("127.0.0.1:%d", ports[i-1])}
+		m := &member{id: i, clientAddr: fmt.Sprintf("127.0.0.1:%d", ports[i-1]), adminAddr: fmt.Sprintf("127.0.0.1:%d", ports[5+i])}
 		p, err := startProc(fmt.Sprintf("coordrun-%d", i), filepath.Join(dir, fmt.Sprintf("m%d.log", i)),
 			bin, "server", "--id", strconv.Itoa(i),
 			"--data-dir", filepath.Join(dir, fmt.Sprintf("m%d", i)),
 			"--client-addr", m.clientAddr,
 			"--peer-addr", fmt.Sprintf("127.0.0.1:%d", ports[2+i]),
 			"--peers", strings.Join(peers, ","),
+			"--admin-addr", m.adminAddr,
 			"--log-level", "warn")
 		if err != nil {
 			return sys, err
