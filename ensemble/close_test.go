@@ -2,6 +2,7 @@ package ensemble
 
 import (
 	"bytes"
+	"log/slog"
 	"net"
 	"net/http"
 	"runtime"
@@ -86,4 +87,61 @@ func TestCloseJoinsGoroutines(t *testing.T) {
 		return n <= before
 	})
 	conn.Close()
+}
+
+// memberLogs gives every member a log of its own, by id.
+func memberLogs(logs map[string]*testkit.SyncBuffer) func(*Config) {
+	return func(cfg *Config) {
+		if logs[cfg.ID] == nil {
+			logs[cfg.ID] = &testkit.SyncBuffer{}
+		}
+		cfg.Logger = slog.New(slog.NewTextHandler(logs[cfg.ID], nil))
+	}
+}
+
+// A leader that is stopped hands its leadership to a follower before it
+// goes: its log names the new leader, whom the others follow, and writes
+// go on through a follower's session. A lone member has nobody to hand
+// over to and does not try.
+func TestCloseHandsOffLeadership(t *testing.T) {
+	logs := map[string]*testkit.SyncBuffer{}
+	c := startCluster(t, 3, memberLogs(logs))
+	li := c.WaitLeader(t)
+	old := c.Member(li).ID()
+	fi := (li + 1) % 3
+	conn := testkit.DialZK(t, []string{c.ClientAddr(fi)}, 5*time.Second)
+	if _, err := conn.Create("/before", nil, 0, zk.WorldACL(zk.PermAll)); err != nil {
+		t.Fatal(err)
+	}
+	c.Stop(li)
+	const line = "leadership handed over before stopping"
+	log := logs[old].String()
+	i := strings.Index(log, line)
+	if i < 0 {
+		t.Fatalf("member %s stopped as leader without handing over:\n%s", old, log)
+	}
+	var to string
+	for _, f := range strings.Fields(log[i:]) {
+		if v, ok := strings.CutPrefix(f, "to="); ok {
+			to = v
+			break
+		}
+	}
+	if to == "" || to == old || to == `"unknown` {
+		t.Fatalf("handed over to %q: %s", to, log[i:])
+	}
+	if got := c.Member(c.WaitLeader(t)).ID(); got != to {
+		t.Errorf("the ensemble follows %s, the old leader handed over to %s", got, to)
+	}
+	if _, err := conn.Create("/after", nil, 0, zk.WorldACL(zk.PermAll)); err != nil {
+		t.Errorf("write after the handover: %v", err)
+	}
+
+	lone := map[string]*testkit.SyncBuffer{}
+	one := startCluster(t, 1, memberLogs(lone))
+	one.WaitLeader(t)
+	one.Stop(0)
+	if l := lone["1"].String(); strings.Contains(l, "leadership") {
+		t.Errorf("a lone member tried to hand over:\n%s", l)
+	}
 }

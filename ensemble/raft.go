@@ -213,6 +213,56 @@ func (m *Member) proposeLocal(txn *tree.Txn) (proposal, error) {
 	return m.waitApply(f)
 }
 
+// handOff transfers leadership to the most caught-up follower, if this
+// member leads and has one, and waits until the others know the new
+// leader. Best effort: a transfer that fails (no follower answers within
+// an election timeout) leaves the election to the followers' timers, as a
+// crash would.
+func (m *Member) handOff() {
+	if m.raft == nil || m.raft.State() != raft.Leader {
+		return
+	}
+	cf := m.raft.GetConfiguration()
+	if cf.Error() != nil {
+		return
+	}
+	others := 0
+	for _, s := range cf.Configuration().Servers {
+		if s.Suffrage == raft.Voter && s.ID != raft.ServerID(m.cfg.ID) {
+			others++
+		}
+	}
+	if others == 0 {
+		return
+	}
+	// The new leader's first heartbeat tells this member who it is.
+	leaders := make(chan raft.Observation, 4)
+	obs := raft.NewObserver(leaders, false, func(o *raft.Observation) bool {
+		l, ok := o.Data.(raft.LeaderObservation)
+		return ok && l.LeaderID != "" && l.LeaderID != raft.ServerID(m.cfg.ID)
+	})
+	m.raft.RegisterObserver(obs)
+	defer m.raft.DeregisterObserver(obs)
+	start := time.Now()
+	if err := m.raft.LeadershipTransfer().Error(); err != nil {
+		m.log.Warn("leadership transfer before stopping failed", "err", err)
+		return
+	}
+	to := "unknown yet"
+	if _, id := m.raft.LeaderWithID(); id != "" && id != raft.ServerID(m.cfg.ID) {
+		to = string(id)
+	} else {
+		t := time.NewTimer(2 * m.cfg.ElectionTimeout)
+		defer t.Stop()
+		select {
+		case o := <-leaders:
+			to = string(o.Data.(raft.LeaderObservation).LeaderID)
+		case <-t.C:
+		}
+	}
+	m.log.Info("leadership handed over before stopping", "to", to, "took", time.Since(start).Round(time.Millisecond))
+}
+
 // leaderApply is a txn handed to raft on the leader, and when.
 type leaderApply struct {
 	f        raft.ApplyFuture
@@ -234,7 +284,7 @@ func (m *Member) applyAsLeader(txn *tree.Txn) (leaderApply, error) {
 func (m *Member) waitApply(a leaderApply) (proposal, error) {
 	f := a.f
 	if err := f.Error(); err != nil {
-		if errors.Is(err, raft.ErrNotLeader) {
+		if errors.Is(err, raft.ErrNotLeader) || errors.Is(err, raft.ErrLeadershipTransferInProgress) {
 			return proposal{}, ErrNoLeader
 		}
 		return proposal{}, fmt.Errorf("%w: %v", ErrUncertain, err)

@@ -40,6 +40,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -352,12 +353,14 @@ func runCompare(ctx context.Context, cfg config, cc compareConfig) error {
 
 	if w["failover"] {
 		for _, s := range procSystems {
-			fmt.Fprintf(os.Stderr, "leader failover on %s ...\n", s.name)
-			r, err := runFailover(ctx, s, recovery[s.name], cc.repeats)
-			if err != nil {
-				return err
+			for _, sig := range []syscall.Signal{syscall.SIGKILL, syscall.SIGTERM} {
+				fmt.Fprintf(os.Stderr, "leader failover (%s) on %s ...\n", signalName(sig), s.name)
+				r, err := runFailover(ctx, s, recovery[s.name], cc.repeats, sig)
+				if err != nil {
+					return err
+				}
+				rep.Failovers = append(rep.Failovers, r)
 			}
-			rep.Failovers = append(rep.Failovers, r)
 		}
 	}
 	if w["startup"] {
@@ -568,7 +571,7 @@ func (rep *compareReport) buildHeadline() {
 		add(name, "minus timeout ms", "lower", x.System, x.OverMs)
 	}
 	for _, x := range rep.Failovers {
-		add("leader killed", "writes resume ms", "lower", x.System, x.MedianMs)
+		add(failoverName(x), "writes resume ms", "lower", x.System, x.MedianMs)
 	}
 	for _, x := range rep.Startups {
 		add("fresh start", "first write ms", "lower", x.System, x.MedianMs)
@@ -673,12 +676,12 @@ Ratios are coordrun's value over the other's: above 1 is better for "higher" met
 	if len(rep.Crashes)+len(rep.Failovers)+len(rep.Startups) > 0 {
 		fmt.Fprintln(out, "\nsamples (ms): crash = SIGKILL of the holder to the next holder (coordrun/zookeeper: `coordrun run` supervisors;")
 		fmt.Fprintln(out, "etcd: a holder process, lease TTL = the timeout); leader killed = SIGKILL of the leader to the first write issued after it")
-		fmt.Fprintln(out, "succeeding through a follower; fresh start = first member started to the first write")
+		fmt.Fprintln(out, "succeeding through a follower; leader stopped = the same with SIGTERM; fresh start = first member started to the first write")
 		for _, x := range rep.Crashes {
 			fmt.Fprintf(out, "  crash %gs %-9s %s\n", x.Requested, x.System, samples(x.SamplesMs))
 		}
 		for _, x := range rep.Failovers {
-			fmt.Fprintf(out, "  leader killed %-9s %s\n", x.System, samples(x.SamplesMs))
+			fmt.Fprintf(out, "  %s %-9s %s\n", failoverName(x), x.System, samples(x.SamplesMs))
 		}
 		for _, x := range rep.Startups {
 			fmt.Fprintf(out, "  fresh start %-9s %s\n", x.System, samples(x.SamplesMs))
@@ -720,4 +723,11 @@ func samples(v []float64) string {
 		s = append(s, fmt.Sprintf("%.0f", x))
 	}
 	return strings.Join(s, " ")
+}
+
+func failoverName(x recoveryResult) string {
+	if x.Signal == "SIGTERM" {
+		return "leader stopped"
+	}
+	return "leader killed"
 }

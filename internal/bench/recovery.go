@@ -5,8 +5,10 @@ package main
 //   - failover: a client writes through a follower, starting a write every
 //     failoverTick whether or not the earlier ones have answered (so that
 //     a request stuck on the dead leader does not hide when writes work
-//     again); the harness SIGKILLs the leader and times until the first
-//     write issued after the kill succeeds. ZooKeeper-wire clients whose
+//     again); the harness SIGKILLs the leader ("leader killed"), or sends
+//     it SIGTERM ("leader stopped": a graceful stop, where coordrun hands
+//     leadership over), and times until the first write issued after the
+//     signal succeeds. ZooKeeper-wire clients whose
 //     connection breaks open a fresh session on the same member at once
 //     (go-zookeeper's own reconnect waits a second between rounds). The
 //     killed member is restarted on its data dir and the ensemble waited
@@ -35,6 +37,7 @@ const failoverTick = 5 * time.Millisecond
 // recoveryResult is a repeated recovery measurement of one system.
 type recoveryResult struct {
 	System    string    `json:"system"`
+	Signal    string    `json:"signal,omitempty"` // failover: SIGKILL or SIGTERM
 	SamplesMs []float64 `json:"samples_ms"`
 	MedianMs  float64   `json:"median_ms"`
 }
@@ -157,9 +160,9 @@ type recoveryOps struct {
 	launch func(dir string) (*system, error)
 }
 
-// runFailover kills s's leader repeats times.
-func runFailover(ctx context.Context, s *system, ops recoveryOps, repeats int) (recoveryResult, error) {
-	res := recoveryResult{System: s.name}
+// runFailover ends s's leader with sig repeats times.
+func runFailover(ctx context.Context, s *system, ops recoveryOps, repeats int, sig syscall.Signal) (recoveryResult, error) {
+	res := recoveryResult{System: s.name, Signal: signalName(sig)}
 	for k := 0; k < repeats; k++ {
 		if err := ops.wait(ctx, s); err != nil {
 			return res, err
@@ -175,7 +178,7 @@ func runFailover(ctx context.Context, s *system, ops recoveryOps, repeats int) (
 		if leader == nil || follower == nil {
 			return res, fmt.Errorf("%s: no leader and follower to fail over", s.name)
 		}
-		d, err := failoverOnce(ctx, s, ops, leader, follower)
+		d, err := failoverOnce(ctx, s, ops, leader, follower, sig)
 		if err != nil {
 			return res, fmt.Errorf("%s failover %d: %w", s.name, k+1, err)
 		}
@@ -189,7 +192,14 @@ func runFailover(ctx context.Context, s *system, ops recoveryOps, repeats int) (
 	return res, ops.wait(ctx, s)
 }
 
-func failoverOnce(ctx context.Context, s *system, ops recoveryOps, leader, follower *member) (time.Duration, error) {
+func signalName(sig syscall.Signal) string {
+	if sig == syscall.SIGTERM {
+		return "SIGTERM"
+	}
+	return "SIGKILL"
+}
+
+func failoverOnce(ctx context.Context, s *system, ops recoveryOps, leader, follower *member, sig syscall.Signal) (time.Duration, error) {
 	w, err := ops.writer(ctx, follower.clientAddr, false)
 	if err != nil {
 		return 0, err
@@ -249,16 +259,16 @@ func failoverOnce(ctx context.Context, s *system, ops recoveryOps, leader, follo
 	}
 	killed := time.Now()
 	killedAt.Store(killed.UnixNano())
-	if err := syscall.Kill(-leader.proc.pid(), syscall.SIGKILL); err != nil {
+	if err := syscall.Kill(-leader.proc.pid(), sig); err != nil {
 		return 0, err
 	}
-	<-leader.proc.done
 	select {
 	case t := <-first:
 		cancel()
+		<-leader.proc.done
 		return t.Sub(killed), nil
 	case <-time.After(60 * time.Second):
-		return 0, fmt.Errorf("no write succeeded within 60s of killing the leader (last error: %v)", lastErr.Load())
+		return 0, fmt.Errorf("no write succeeded within 60s of the leader's %s (last error: %v)", signalName(sig), lastErr.Load())
 	case <-ctx.Done():
 		return 0, ctx.Err()
 	}
