@@ -51,7 +51,9 @@ func (m *Member) acceptClients() {
 // serveClient runs one client connection from its first bytes to close.
 func (m *Member) serveClient(nc net.Conn) {
 	defer nc.Close()
-	r := bufio.NewReaderSize(nc, 64<<10)
+	// Small: it is held for the connection's life, and requests are small;
+	// a frame larger than it is read into the frame's buffer directly.
+	r := bufio.NewReaderSize(nc, 4<<10)
 	_ = nc.SetReadDeadline(time.Now().Add(m.cfg.MaxSessionTimeout))
 	var first [4]byte
 	if _, err := io.ReadFull(r, first[:]); err != nil {

@@ -26,8 +26,16 @@ import (
 const maxQueuedReplyBytes = 64 << 20
 
 // maxPipelined bounds requests read ahead of their replies on one
-// connection; reading stops until replies catch up.
-const maxPipelined = 1024
+// connection; reading stops until replies catch up. Every connection has
+// a queue this long from its start, so it is kept small: 128 requests in
+// flight already fill a round trip of any client library.
+const maxPipelined = 128
+
+// writers are the buffers replies are written through, one per write in
+// progress rather than one per connection: most connections are idle most
+// of the time, and tens of thousands of them would otherwise hold a
+// buffer each.
+var writers = sync.Pool{New: func() any { return bufio.NewWriterSize(nil, 32<<10) }}
 
 // host is what a client connection needs of its member; *Member is the
 // one implementation.
@@ -244,7 +252,6 @@ func (c *conn) pushFrame(frame []byte, write bool) {
 }
 
 func (c *conn) writeLoop() {
-	w := bufio.NewWriterSize(c.nc, 64<<10)
 	stats := c.env.stats
 	for {
 		select {
@@ -258,15 +265,7 @@ func (c *conn) writeLoop() {
 		c.outBytes = 0
 		closing := c.closing
 		c.outMu.Unlock()
-		for _, f := range frames {
-			if _, err := w.Write(f); err != nil {
-				c.close()
-				return
-			}
-			stats.sent.Add(1)
-			stats.bytesOut.Add(int64(len(f)))
-		}
-		if err := w.Flush(); err != nil {
+		if err := c.writeFrames(frames); err != nil {
 			c.close()
 			return
 		}
@@ -278,6 +277,26 @@ func (c *conn) writeLoop() {
 			return
 		}
 	}
+}
+
+// writeFrames writes frames in as few system calls as they fit in, through
+// a pooled buffer.
+func (c *conn) writeFrames(frames [][]byte) error {
+	if len(frames) == 0 {
+		return nil
+	}
+	w := writers.Get().(*bufio.Writer)
+	w.Reset(c.nc)
+	defer func() { w.Reset(nil); writers.Put(w) }()
+	stats := c.env.stats
+	for _, f := range frames {
+		if _, err := w.Write(f); err != nil {
+			return err
+		}
+		stats.sent.Add(1)
+		stats.bytesOut.Add(int64(len(f)))
+	}
+	return w.Flush()
 }
 
 func (c *conn) notify(ev wire.WatcherEvent, zxid int64) {
@@ -308,6 +327,9 @@ func (c *conn) readLoop(r *bufio.Reader) {
 			return
 		}
 		buf = frame[:0]
+		if cap(buf) > 64<<10 {
+			buf = nil // not kept for the connection's life: big frames are rare
+		}
 		c.readAt = time.Now()
 		env.stats.received.Add(1)
 		env.stats.bytesIn.Add(int64(4 + len(frame)))

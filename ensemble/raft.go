@@ -55,10 +55,20 @@ func (m *Member) startRaft() error {
 		Logger:  hlog,
 	})
 	// bbolt locks its file; without a timeout a second member pointed at
-	// the same data dir would wait for that lock forever.
+	// the same data dir would wait for that lock forever. Its free list is
+	// not written with every transaction but rebuilt when the file is
+	// opened (as Consul runs raft-boltdb): the log's head is deleted after
+	// every snapshot, so the list grows with the file's churn, and every
+	// append (which a write waits for twice, on the leader and on a
+	// follower) would write all of it. Durability is the same: the list is
+	// derived from the pages.
 	store, err := raftboltdb.New(raftboltdb.Options{
-		Path:        filepath.Join(cfg.DataDir, "raft.db"),
-		BoltOptions: &bbolt.Options{Timeout: 2 * time.Second},
+		Path: filepath.Join(cfg.DataDir, "raft.db"),
+		BoltOptions: &bbolt.Options{
+			Timeout:        2 * time.Second,
+			NoFreelistSync: true,
+			FreelistType:   bbolt.FreelistMapType,
+		},
 	})
 	if errors.Is(err, bbolt.ErrTimeout) {
 		return configError("DataDir", "data dir %s is in use by another process", cfg.DataDir)

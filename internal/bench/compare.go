@@ -56,6 +56,8 @@ type compareConfig struct {
 	herdWaiters  []int
 	maxHandoffs  int
 	repeats      int
+	sessions     int
+	sessionsHold time.Duration
 	etcdBin      string
 	plotPath     string
 	outDir       string
@@ -67,6 +69,8 @@ var workloadGroups = map[string][]string{
 	"kv":   {"write", "read", "mix"},
 	"lock": {"pred", "herd", "run", "crash"},
 	"all":  {"write", "read", "mix", "pred", "herd", "run", "crash", "failover", "startup"},
+	// Not in all: it holds -sessions sessions per system.
+	"scale": {"sessions"},
 }
 
 func parseWorkloads(s string) (map[string]bool, error) {
@@ -79,8 +83,8 @@ func parseWorkloads(s string) (map[string]bool, error) {
 			}
 			continue
 		}
-		if !slices.Contains(workloadGroups["all"], w) {
-			return nil, fmt.Errorf("unknown workload %q (want %s, or kv, lock, all)", w, strings.Join(workloadGroups["all"], ", "))
+		if !slices.Contains(workloadGroups["all"], w) && !slices.Contains(workloadGroups["scale"], w) {
+			return nil, fmt.Errorf("unknown workload %q (want %s, sessions, or kv, lock, scale, all)", w, strings.Join(workloadGroups["all"], ", "))
 		}
 		out[w] = true
 	}
@@ -111,6 +115,7 @@ type compareReport struct {
 	Crashes   []crashResult    `json:"crashes"`
 	Failovers []recoveryResult `json:"failovers"`
 	Startups  []recoveryResult `json:"startups"`
+	Sessions  []sessionsResult `json:"sessions,omitempty"`
 	Memory    []memRow         `json:"memory"`
 }
 
@@ -363,6 +368,16 @@ func runCompare(ctx context.Context, cfg config, cc compareConfig) error {
 			}
 		}
 	}
+	if w["sessions"] {
+		for _, s := range procSystems {
+			fmt.Fprintf(os.Stderr, "%d idle sessions on %s ...\n", cc.sessions, s.name)
+			r, err := runSessions(ctx, s, cc.sessions, cc.sessionsHold)
+			if err != nil {
+				return fmt.Errorf("%s: sessions: %w", s.name, err)
+			}
+			rep.Sessions = append(rep.Sessions, r)
+		}
+	}
 	if w["startup"] {
 		for _, s := range procSystems {
 			fmt.Fprintf(os.Stderr, "fresh ensemble start to first write, %s ...\n", s.name)
@@ -575,6 +590,15 @@ func (rep *compareReport) buildHeadline() {
 	}
 	for _, x := range rep.Startups {
 		add("fresh start", "first write ms", "lower", x.System, x.MedianMs)
+	}
+	for _, x := range rep.Sessions {
+		name := fmt.Sprintf("sessions x%d", x.Sessions)
+		add(name, "open all ms", "lower", x.System, x.OpenMs)
+		add(name, "refused", "lower", x.System, float64(x.Refused))
+		add(name, "dropped while idle", "lower", x.System, float64(x.Dropped))
+		add(name, "RSS MiB, max member", "lower", x.System, mib(x.MaxRSSKiB))
+		add(name, "VmHWM MiB, max member", "lower", x.System, mib(x.MaxHWMKiB))
+		add(name, "close all ms", "lower", x.System, x.CloseMs)
 	}
 	rss, hwm := map[string]float64{}, map[string]float64{}
 	for _, m := range rep.Memory {

@@ -75,7 +75,7 @@ func main() {
 	flag.IntVar(&cfg.clients, "clients", 32, "clients (sessions) in the concurrent workloads")
 	flag.IntVar(&cfg.valueSize, "value-size", 100, "znode value size in bytes")
 	flag.StringVar(&cfg.jsonPath, "json", "", "also write the results as JSON to this file")
-	flag.StringVar(&cfg.workloads, "workloads", "all", "kv (setData/getData), lock (lock.go) or all; with -compare: comma-separated of write, read, mix, pred, herd, run, crash, failover, startup, or the groups kv, lock, all")
+	flag.StringVar(&cfg.workloads, "workloads", "all", "kv (setData/getData), lock (lock.go) or all; with -compare: comma-separated of write, read, mix, pred, herd, run, crash, failover, startup, sessions, or the groups kv, lock, scale (sessions), all (all but scale)")
 	compare := flag.Bool("compare", false, "compare coordrun with ZooKeeper, etcd and bare raft (compare.go)")
 	systems := flag.String("systems", strings.Join(allSystems, ","), "with -compare: systems to run, of "+strings.Join(allSystems, ","))
 	writeClients := flag.String("write-clients", "1,32,128", "with -compare: client counts of the write workloads")
@@ -84,6 +84,8 @@ func main() {
 	var cc compareConfig
 	flag.IntVar(&cc.maxHandoffs, "max-handoffs", 200, "with -compare: handoffs measured per lock run at most (the queue's first)")
 	flag.IntVar(&cc.repeats, "repeats", 3, "with -compare: runs of failover and startup (the median is reported)")
+	flag.IntVar(&cc.sessions, "sessions", 10000, "with -compare: idle sessions of the sessions workload (-workloads sessions or scale)")
+	flag.DurationVar(&cc.sessionsHold, "sessions-hold", 10*time.Second, "with -compare: how long the sessions workload holds its sessions")
 	flag.StringVar(&cc.etcdBin, "etcd", "etcd", "with -compare: etcd server binary (Debian: etcd-server)")
 	flag.StringVar(&cc.plotPath, "plot", "", "with -compare: plot file, .svg or .png (default bench-compare.svg in -out or the current dir; - for none)")
 	flag.StringVar(&cc.outDir, "out", "", "with -compare: write bench-compare.{txt,json,svg} into this dir")
@@ -113,8 +115,8 @@ func main() {
 		if err == nil {
 			cc.herdWaiters, err = parseInts(*herdWaiters)
 		}
-		if err == nil && (cc.repeats < 1 || cc.maxHandoffs < 2) {
-			err = errors.New("-repeats must be >= 1 and -max-handoffs >= 2")
+		if err == nil && (cc.repeats < 1 || cc.maxHandoffs < 2 || cc.sessions < 1 || cc.sessionsHold <= 0) {
+			err = errors.New("-repeats must be >= 1, -max-handoffs >= 2, -sessions >= 1 and -sessions-hold > 0")
 		}
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "bench:", err)

@@ -260,7 +260,7 @@ func launchCoordrun(bin, dir string) (*system, error) {
 			"--client-addr", m.clientAddr,
 			"--peer-addr", fmt.Sprintf("127.0.0.1:%d", ports[2+i]),
 			"--peers", strings.Join(peers, ","),
-			"--admin-addr", m.adminAddr,
+			"--admin-addr", m.adminAddr, "--admin-pprof",
 			"--log-level", "warn")
 		if err != nil {
 			return sys, err

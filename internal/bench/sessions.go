@@ -1,0 +1,223 @@
+package main
+
+// The sessions workload of -compare: many idle sessions on one ensemble,
+// opened by a minimal client of raw frames (a go-zookeeper connection
+// costs the bench about 3 MB; this one a socket and a goroutine). The
+// sessions are dealt over the members, held for -sessions-hold with a
+// ping every third of their timeout, and then closed all at once. It
+// reports how long opening and closing took, how many sessions the
+// ensemble dropped while held, and each member's memory while it held
+// them.
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/coordrun/coordrun/ensemble/wire"
+)
+
+// sessionsResult is one sessions run.
+type sessionsResult struct {
+	System     string  `json:"system"`
+	Sessions   int     `json:"sessions"`
+	OpenMs     float64 `json:"open_ms"`
+	Refused    int     `json:"refused"` // not established
+	Dropped    int     `json:"dropped"` // established, then lost while held
+	CloseMs    float64 `json:"close_ms"`
+	MaxRSSKiB  int64   `json:"max_rss_kib"` // the largest member's, while held
+	MaxHWMKiB  int64   `json:"max_hwm_kib"`
+	SumRSSKiB  int64   `json:"sum_rss_kib"`
+	SessionTTL int     `json:"session_timeout_ms"`
+}
+
+// rawSession is one session on its own connection.
+type rawSession struct {
+	nc      net.Conn
+	wmu     sync.Mutex
+	timeout time.Duration
+	closed  chan struct{} // the reader ended
+	lost    atomic.Bool
+}
+
+const rawSessionTimeout = 10 * time.Second
+
+func openRawSession(ctx context.Context, addr string) (*rawSession, error) {
+	var d net.Dialer
+	nc, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	e := wire.NewFrameEncoder(nil)
+	(&wire.ConnectRequest{Timeout: int32(rawSessionTimeout / time.Millisecond), Passwd: make([]byte, 16)}).Encode(e)
+	_ = nc.SetDeadline(time.Now().Add(30 * time.Second))
+	if _, err := nc.Write(e.Frame()); err != nil {
+		nc.Close()
+		return nil, err
+	}
+	r := bufio.NewReaderSize(nc, 512)
+	frame, err := wire.ReadFrame(r, nil, 1<<16)
+	if err != nil {
+		nc.Close()
+		return nil, err
+	}
+	var resp wire.ConnectResponse
+	if err := resp.Decode(wire.NewDecoder(frame)); err != nil || resp.SessionID == 0 {
+		nc.Close()
+		return nil, fmt.Errorf("connect refused (%v)", err)
+	}
+	_ = nc.SetDeadline(time.Time{})
+	s := &rawSession{nc: nc, timeout: time.Duration(resp.Timeout) * time.Millisecond, closed: make(chan struct{})}
+	go s.read(r)
+	return s, nil
+}
+
+// read drains replies until the connection ends.
+func (s *rawSession) read(r *bufio.Reader) {
+	defer close(s.closed)
+	var buf []byte
+	for {
+		f, err := wire.ReadFrame(r, buf, 1<<20)
+		if err != nil {
+			return
+		}
+		buf = f[:0]
+	}
+}
+
+func (s *rawSession) send(xid, op int32) error {
+	e := wire.NewFrameEncoder(make([]byte, 0, 12))
+	(&wire.RequestHeader{Xid: xid, Opcode: op}).Encode(e)
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	_ = s.nc.SetWriteDeadline(time.Now().Add(5 * time.Second))
+	_, err := s.nc.Write(e.Frame())
+	return err
+}
+
+// runSessions holds n idle sessions on s for hold.
+func runSessions(ctx context.Context, s *system, n int, hold time.Duration) (sessionsResult, error) {
+	res := sessionsResult{System: s.name, Sessions: n, SessionTTL: int(rawSessionTimeout / time.Millisecond)}
+	order := s.clientOrder()
+	sess := make([]*rawSession, n)
+	var refused atomic.Int64
+	var firstErr atomic.Value
+	start := time.Now()
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 64) // handshakes in flight
+	for i := range sess {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			rs, err := openRawSession(ctx, order[i%len(order)])
+			if err != nil {
+				refused.Add(1)
+				firstErr.CompareAndSwap(nil, err.Error())
+				return
+			}
+			sess[i] = rs
+		}()
+	}
+	wg.Wait()
+	res.OpenMs = ms(time.Since(start))
+	res.Refused = int(refused.Load())
+	if res.Refused == n {
+		return res, fmt.Errorf("no session established: %v", firstErr.Load())
+	}
+	defer func() {
+		for _, rs := range sess {
+			if rs != nil {
+				rs.nc.Close()
+			}
+		}
+	}()
+
+	// Ping each session every third of its timeout, spread over time.
+	pctx, stopPing := context.WithCancel(ctx)
+	var pwg sync.WaitGroup
+	const pingers = 16
+	for p := 0; p < pingers; p++ {
+		pwg.Add(1)
+		go func() {
+			defer pwg.Done()
+			tick := time.NewTicker(rawSessionTimeout / 3)
+			defer tick.Stop()
+			for {
+				for i := p; i < n; i += pingers {
+					if rs := sess[i]; rs != nil && !rs.lost.Load() {
+						if err := rs.send(wire.XidPing, wire.OpPing); err != nil {
+							rs.lost.Store(true)
+						}
+					}
+				}
+				select {
+				case <-pctx.Done():
+					return
+				case <-tick.C:
+				}
+			}
+		}()
+	}
+	if !sleepUntil(ctx, time.Now().Add(hold)) {
+		stopPing()
+		pwg.Wait()
+		return res, ctx.Err()
+	}
+	for _, m := range s.members {
+		rss, hwm, err := memory(m.proc.pid())
+		if err != nil {
+			continue
+		}
+		res.SumRSSKiB += rss
+		res.MaxRSSKiB = max(res.MaxRSSKiB, rss)
+		res.MaxHWMKiB = max(res.MaxHWMKiB, hwm)
+	}
+	stopPing()
+	pwg.Wait()
+	for _, rs := range sess {
+		if rs == nil {
+			continue
+		}
+		select {
+		case <-rs.closed:
+			res.Dropped++
+			continue
+		default:
+		}
+		if rs.lost.Load() {
+			res.Dropped++
+		}
+	}
+
+	// Close them all at once; done when every server has closed its end.
+	start = time.Now()
+	for i, rs := range sess {
+		if rs == nil {
+			continue
+		}
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			if err := rs.send(int32(i+1), wire.OpCloseSession); err != nil {
+				return
+			}
+			select {
+			case <-rs.closed:
+			case <-time.After(30 * time.Second):
+				firstErr.CompareAndSwap(nil, errors.New("a closeSession was not answered in 30s").Error())
+			}
+		}()
+	}
+	wg.Wait()
+	res.CloseMs = ms(time.Since(start))
+	return res, nil
+}
