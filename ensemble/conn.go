@@ -119,6 +119,7 @@ type conn struct {
 	outBytes int
 	outSince time.Time // when out became non-empty
 	outWrite bool      // out holds a write's reply
+	outNote  time.Time // when the first notification in out was queued
 	outKick  chan struct{}
 	closing  bool // stop after what is queued
 
@@ -229,16 +230,28 @@ func (c *conn) sessionEnded() {
 }
 
 // push queues a frame for the writer.
-func (c *conn) push(frame []byte) { c.pushFrame(frame, false) }
+func (c *conn) push(frame []byte) { c.pushFrame(frame, frameOther) }
 
-// pushFrame queues a frame; write says it is a write's reply, so that the
-// batch it goes out in counts in the write stage.
-func (c *conn) pushFrame(frame []byte, write bool) {
+// What a queued frame is, for the metrics of the batch it goes out in.
+const (
+	frameOther        = iota
+	frameWriteReply   // counts in the write stage
+	frameNotification // counts in coordrun_notification_seconds
+)
+
+// pushFrame queues a frame of the kind given.
+func (c *conn) pushFrame(frame []byte, kind int) {
 	c.outMu.Lock()
+	now := time.Now()
 	if len(c.out) == 0 {
-		c.outSince = time.Now()
+		c.outSince = now
 	}
-	c.outWrite = c.outWrite || write
+	switch {
+	case kind == frameWriteReply:
+		c.outWrite = true
+	case kind == frameNotification && c.outNote.IsZero():
+		c.outNote = now
+	}
 	c.out = append(c.out, frame)
 	c.outBytes += len(frame)
 	over := c.outBytes > maxQueuedReplyBytes
@@ -260,8 +273,8 @@ func (c *conn) writeLoop() {
 		case <-c.outKick:
 		}
 		c.outMu.Lock()
-		frames, since, write := c.out, c.outSince, c.outWrite
-		c.out, c.outWrite = nil, false
+		frames, since, write, note := c.out, c.outSince, c.outWrite, c.outNote
+		c.out, c.outWrite, c.outNote = nil, false, time.Time{}
 		c.outBytes = 0
 		closing := c.closing
 		c.outMu.Unlock()
@@ -271,6 +284,9 @@ func (c *conn) writeLoop() {
 		}
 		if write {
 			stats.stage(stageWrite, time.Since(since))
+		}
+		if !note.IsZero() {
+			stats.notified.Observe(time.Since(note).Seconds())
 		}
 		if closing {
 			c.close()
@@ -307,7 +323,7 @@ func (c *conn) notify(ev wire.WatcherEvent, zxid int64) {
 // with other connections: queued frames are only ever read.
 func (c *conn) notifyFrame(frame []byte) {
 	c.env.stats.notifications.Add(1)
-	c.push(frame)
+	c.pushFrame(frame, frameNotification)
 }
 
 func (c *conn) readLoop(r *bufio.Reader) {
@@ -588,7 +604,11 @@ func (c *conn) reply(s *slot, frame []byte) {
 		}
 	}
 	write := !c.outcomeAt.IsZero()
-	c.pushFrame(frame, write)
+	kind := frameOther
+	if write {
+		kind = frameWriteReply
+	}
+	c.pushFrame(frame, kind)
 	now := time.Now()
 	c.env.stats.observe(s.op, now.Sub(s.arrived))
 	if write {

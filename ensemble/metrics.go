@@ -78,6 +78,7 @@ func newMetrics(src metricSources) *metrics {
 		info,
 		st.latency,
 		st.stages,
+		st.notified,
 		x.store,
 		gauge("coordrun_outstanding_requests", "Client requests read but not yet answered.",
 			func() float64 { return float64(st.outstanding.Load()) }),

@@ -189,6 +189,7 @@ func TestMetrics(t *testing.T) {
 		v, _ := s.value("coordrun_raft_state", "state", "follower")
 		check(v == 0, "raft_state follower = %v on the leader", v)
 		check(s.count("coordrun_raft_log_store_duration_seconds") >= 1, "no raft log store timings")
+		check(s.count("coordrun_notification_seconds") >= 1, "no notification timings, though a watch fired")
 		out, ok := s.value("coordrun_outstanding_requests")
 		check(ok && out == 0, "outstanding requests %v (present %v) when idle", out, ok)
 		return len(problems) == 0

@@ -37,6 +37,7 @@ type requestStats struct {
 
 	stages   *prometheus.HistogramVec
 	stageObs [numStages]prometheus.Observer
+	notified prometheus.Histogram
 }
 
 // The stages of a write, in the order it passes them. A write on the
@@ -81,6 +82,11 @@ func newRequestStats() *requestStats {
 	for i, name := range stageNames {
 		s.stageObs[i] = s.stages.WithLabelValues(name)
 	}
+	s.notified = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "coordrun_notification_seconds",
+		Help:    "Time from applying a change here to writing its watch notification to the client's socket (per batch written).",
+		Buckets: stageBuckets,
+	})
 	return s
 }
 

@@ -292,7 +292,7 @@ func runCompare(ctx context.Context, cfg config, cc compareConfig) error {
 		for _, n := range ns {
 			for _, s := range procSystems {
 				fmt.Fprintf(os.Stderr, "%s lock x%d on %s ...\n", recipe, n, s.name)
-				r, err := goLock(ctx, s, recipe, n, cc.maxHandoffs)
+				r, err := stagesAround(s, func() (handoffResult, error) { return goLock(ctx, s, recipe, n, cc.maxHandoffs) })
 				if err != nil {
 					return fmt.Errorf("%s: %s x%d: %w", s.name, recipe, n, err)
 				}
@@ -687,6 +687,7 @@ Ratios are coordrun's value over the other's: above 1 is better for "higher" met
 	tw.Flush()
 
 	printStages(out, rep.KV)
+	printLockStages(out, rep.Locks)
 	for _, x := range rep.KV {
 		if x.Errors > 0 {
 			fmt.Fprintf(out, "%s x%d on %s: %d errors, first: %s\n", x.Workload, x.Clients, x.System, x.Errors, x.FirstError)

@@ -16,7 +16,7 @@ import (
 
 // The write stages a coordrun member reports (coordrun_write_stage_seconds),
 // in the order a write passes them.
-var stageOrder = []string{"decode", "propose", "forward", "commit", "apply", "own_apply", "sequence", "write"}
+var stageOrder = []string{"decode", "propose", "forward", "commit", "apply", "own_apply", "sequence", "write", "notify"}
 
 // stageHist is one stage's histogram, summed over a system's members.
 type stageHist struct {
@@ -58,6 +58,7 @@ func (s *system) stages() (map[string]stageHist, error) {
 			return nil, fmt.Errorf("metrics of %s: %w", m.adminAddr, err)
 		}
 		addStages(out, mfs["coordrun_write_stage_seconds"])
+		addStages(out, mfs["coordrun_notification_seconds"]) // as stage "notify"
 	}
 	return out, nil
 }
@@ -71,7 +72,7 @@ func addStages(out map[string]stageHist, mf *dto.MetricFamily) {
 		if h == nil {
 			continue
 		}
-		name := ""
+		name := "notify" // the notification histogram has no stage label
 		for _, l := range mt.Label {
 			if l.GetName() == "stage" {
 				name = l.GetValue()
@@ -133,6 +134,39 @@ func bucketQuantile(cum map[float64]uint64, n uint64, q float64) float64 {
 		lower, below = ub, c
 	}
 	return lower
+}
+
+// stagesAround runs f and adds the stages of s it saw to what f returns.
+func stagesAround(s *system, f func() (handoffResult, error)) (handoffResult, error) {
+	before, _ := s.stages()
+	r, err := f()
+	if before != nil && err == nil {
+		if after, serr := s.stages(); serr == nil {
+			r.Stages = stageRows(before, after)
+		}
+	}
+	return r, err
+}
+
+// printLockStages prints where the handoffs of the pred rows went.
+func printLockStages(out io.Writer, locks []handoffResult) {
+	header := false
+	for _, x := range locks {
+		if x.Workload != "pred" || len(x.Stages) == 0 {
+			continue
+		}
+		if !header {
+			fmt.Fprintln(out, "\nwhere a pred handoff's time goes on coordrun (the release's and the take's writes; notify = the release applied")
+			fmt.Fprintln(out, "on the waiter's member → its notification written)")
+			header = true
+		}
+		tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintf(tw, "pred x%d\tstage\tcount\tmean µs\tp50 µs\t\n", x.Waiters)
+		for _, r := range x.Stages {
+			fmt.Fprintf(tw, "\t%s\t%d\t%.0f\t%.0f\t\n", r.Stage, r.Writes, r.MeanUs, r.P50Us)
+		}
+		tw.Flush()
+	}
 }
 
 // printStages prints the stage breakdown of the write rows that have one.
