@@ -392,8 +392,8 @@ type handoffResult struct {
 	Notifications   float64 `json:"notifications"`
 	NotifPerRelease float64 `json:"notifications_per_release"`
 	// Stages is coordrun's write stages and notification delay in the run.
-	Stages []stageRow `json:"stages,omitempty"`
-	Overlaps        int     `json:"overlaps"`
+	Stages   []stageRow `json:"stages,omitempty"`
+	Overlaps int        `json:"overlaps"`
 	// Lost counts lost wake-ups: a waiter whose watch should have fired
 	// (its predecessor, or the folder's children, changed) but that heard
 	// nothing within stallAfter. Handoffs into a rescued holder are left
