@@ -370,6 +370,9 @@ func runCompare(ctx context.Context, cfg config, cc compareConfig) error {
 	}
 	if w["sessions"] {
 		for _, s := range procSystems {
+			if s.name == "etcd" {
+				continue // raw ZooKeeper frames: coordrun and ZooKeeper only
+			}
 			fmt.Fprintf(os.Stderr, "%d idle sessions on %s ...\n", cc.sessions, s.name)
 			r, err := runSessions(ctx, s, cc.sessions, cc.sessionsHold)
 			if err != nil {
