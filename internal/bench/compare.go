@@ -292,7 +292,7 @@ func runCompare(ctx context.Context, cfg config, cc compareConfig) error {
 		for _, n := range ns {
 			for _, s := range procSystems {
 				fmt.Fprintf(os.Stderr, "%s lock x%d on %s ...\n", recipe, n, s.name)
-				r, err := stagesAround(s, func() (handoffResult, error) { return goLock(ctx, s, recipe, n, cc.maxHandoffs) })
+				r, err := goLock(ctx, s, recipe, n, cc.maxHandoffs)
 				if err != nil {
 					return fmt.Errorf("%s: %s x%d: %w", s.name, recipe, n, err)
 				}

@@ -149,6 +149,7 @@ func runRecipeLock(ctx context.Context, s *system, n, limit int) (handoffResult,
 	if err != nil {
 		return abort(err)
 	}
+	stagesBefore, _ := s.stages() // the handoffs only, not the queueing
 	released := time.Now()
 	if err := gc.Delete(gate, -1); err != nil {
 		return abort(fmt.Errorf("delete gate: %w", err))
@@ -181,6 +182,12 @@ func runRecipeLock(ctx context.Context, s *system, n, limit int) (handoffResult,
 				}
 			}
 			stall.Reset(stallAfter)
+		}
+	}
+	// Before the unmeasured waiters leave the queue.
+	if stagesBefore != nil {
+		if after, err := s.stages(); err == nil {
+			res.Stages = stageRows(stagesBefore, after)
 		}
 	}
 	wg.Wait()

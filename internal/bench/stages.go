@@ -136,18 +136,6 @@ func bucketQuantile(cum map[float64]uint64, n uint64, q float64) float64 {
 	return lower
 }
 
-// stagesAround runs f and adds the stages of s it saw to what f returns.
-func stagesAround(s *system, f func() (handoffResult, error)) (handoffResult, error) {
-	before, _ := s.stages()
-	r, err := f()
-	if before != nil && err == nil {
-		if after, serr := s.stages(); serr == nil {
-			r.Stages = stageRows(before, after)
-		}
-	}
-	return r, err
-}
-
 // printLockStages prints where the handoffs of the pred rows went.
 func printLockStages(out io.Writer, locks []handoffResult) {
 	header := false
@@ -156,8 +144,8 @@ func printLockStages(out io.Writer, locks []handoffResult) {
 			continue
 		}
 		if !header {
-			fmt.Fprintln(out, "\nwhere a pred handoff's time goes on coordrun (the release's and the take's writes; notify = the release applied")
-			fmt.Fprintln(out, "on the waiter's member → its notification written)")
+			fmt.Fprintln(out, "\nwhere a pred handoff's time goes on coordrun (from the gate's delete to the last measured holder: the releases'")
+			fmt.Fprintln(out, "and the takes' writes; notify = a release applied on the waiter's member → its notification written)")
 			header = true
 		}
 		tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', tabwriter.AlignRight)
