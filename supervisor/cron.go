@@ -328,7 +328,7 @@ func (h *cronHost) runFiring(ctx context.Context, j *CronJob, node string, rec *
 	if err == nil && code == 0 {
 		extra := fencing.EnvScheduledTime + "=" + rec.Scheduled.Format(time.RFC3339)
 		log.Info("running", "job", j.Name, "scheduled", rec.Scheduled.Format(time.RFC3339), "token", e.Token())
-		spec := jobSpec{exe: h.o.Exe, argv: j.Argv, env: jobEnv(h.o.Env, j.Name, e, extra), grace: h.o.KillGrace}
+		spec := jobSpec{exe: h.o.Exe, argv: j.Argv, env: h.o.Env, lockEnv: lockEnv(j.Name, e, extra), grace: h.o.KillGrace}
 		code, err = hd.run(hctx, spec, nil)
 	}
 	rec.End = time.Now().UTC()

@@ -37,10 +37,14 @@ type guardedJob struct {
 
 // jobSpec is a job as its watchdog starts it.
 type jobSpec struct {
-	exe   string // the coordrun binary, which runs the watchdog
-	argv  []string
-	env   []string
-	grace time.Duration // SIGTERM to SIGKILL
+	exe  string // the coordrun binary, which runs the watchdog
+	argv []string
+	env  []string // the watchdog's and the job's
+	// lockEnv is added to the job's environment when it starts (sent with
+	// Go): the lock's identity and token, so that a watchdog can be
+	// started before the lock is entered.
+	lockEnv []string
+	grace   time.Duration // SIGTERM to SIGKILL
 }
 
 // spawnGuarded starts spec's watchdog, armed to run the job: it waits for
@@ -58,7 +62,7 @@ func spawnGuarded(spec jobSpec) (*guardedJob, error) {
 		ctrlW.Close()
 		return nil, err
 	}
-	args := append([]string{WatchdogCommand, "--grace", spec.grace.String(), "--armed", "--"}, spec.argv...)
+	args := append([]string{WatchdogCommand, "--grace", spec.grace.String(), "--armed", "--" + WatchdogLockEnvFlag, "--"}, spec.argv...)
 	wd := exec.Command(spec.exe, args...)
 	wd.Stdin, wd.Stdout, wd.Stderr = os.Stdin, os.Stdout, os.Stderr
 	wd.Env = spec.env
@@ -131,8 +135,19 @@ func (j *guardedJob) send(m control) {
 	}
 }
 
-// Go lets an armed watchdog start the job, to be killed by deadline.
-func (j *guardedJob) Go(deadline Boottime) { j.send(control{kind: ctrlGo, deadline: deadline}) }
+// Go lets an armed watchdog start the job with env added to its
+// environment, to be killed by deadline.
+func (j *guardedJob) Go(deadline Boottime, env []string) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.ctrl == nil {
+		return
+	}
+	for _, kv := range env {
+		send(j.ctrl, control{kind: ctrlEnv, env: kv})
+	}
+	send(j.ctrl, control{kind: ctrlGo, deadline: deadline})
+}
 
 // Disarm ends a watchdog that has not been told to Go; it exits without
 // starting the job. Done closes once it has.

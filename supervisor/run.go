@@ -62,6 +62,12 @@ func Run(ctx context.Context, o Options) (int, error) {
 	// holding (where every signal goes to the job).
 	sigs := newSignalPump(o.Signals)
 	defer sigs.close()
+	// The watchdog starts now, while the session is made and the lock
+	// entered: a process start is a Go runtime's, as long as both.
+	spec := jobSpec{exe: o.Exe, argv: o.Argv, env: o.Env, grace: o.KillGrace}
+	var next standby
+	next.arm(spec)
+	defer next.drop()
 	s, err := dial(ctx, o.ConnOptions, o.KillGrace, log)
 	if err != nil {
 		return ExitUsage, err
@@ -83,57 +89,46 @@ func Run(ctx context.Context, o Options) (int, error) {
 		}
 	}()
 
-	spec := func() jobSpec {
-		return jobSpec{exe: o.Exe, argv: o.Argv, env: jobEnv(o.Env, o.Name, e), grace: o.KillGrace}
-	}
-	var next standby
 	code, err := waitForLock(ctx, o, e, sigs, func(st recipe.Status) {
-		next.keepFor(e.Token())
 		if !o.Try && (st.Position == 1 || st.Position == 0 && st.Stopping) {
-			next.arm(spec(), e.Token())
+			next.arm(spec) // if the first one could not start
 		}
 	})
 	if err != nil || code != 0 {
-		next.drop()
 		return code, err
 	}
-	next.keepFor(e.Token())
 	sctx, stopWatch := context.WithCancel(ctx)
 	defer stopWatch()
 	h := &holding{s: s, e: e, sigs: sigs, standing: e.WatchStanding(sctx)}
 	if code, err := h.waitToStart(ctx, o.LockDelay); err != nil || code != 0 {
-		next.drop()
 		return code, err
 	}
 	log.Info("lock acquired; starting job", "lock", o.Name, "node", e.Node(), "token", e.Token())
-	return h.run(sctx, spec(), next.job)
+	spec.lockEnv = lockEnv(o.Name, e)
+	return h.run(sctx, spec, next.take())
 }
 
 // standby is a watchdog started ahead of the lock (armed, not yet running
-// the job) when its entry is next in line, so that the handoff does not
-// wait for a process start. Its environment names the queue node and its
-// token: if the node is replaced (deleted by someone, joined again), so is
-// the watchdog.
+// the job), so that the job's start does not wait for a process start.
+// It learns the lock's identity and token when it is told to Go.
 type standby struct {
-	job   *guardedJob
-	token int64
+	job *guardedJob
 }
 
-// arm starts a watchdog for token unless one runs. On error none is
-// armed: the start is tried again once the lock is held, where its
-// failure is reported.
-func (sb *standby) arm(spec jobSpec, token int64) {
+// arm starts a watchdog unless one runs. On error none is armed: the
+// start is tried again once the lock is held, where its failure is
+// reported.
+func (sb *standby) arm(spec jobSpec) {
 	if sb.job == nil {
 		sb.job, _ = spawnGuarded(spec)
-		sb.token = token
 	}
 }
 
-// keepFor drops the watchdog unless it was armed for token.
-func (sb *standby) keepFor(token int64) {
-	if sb.job != nil && sb.token != token {
-		sb.drop()
-	}
+// take hands the armed watchdog, if any, to its user.
+func (sb *standby) take() *guardedJob {
+	j := sb.job
+	sb.job = nil
+	return j
 }
 
 // drop ends the armed watchdog, if any, and waits until it is gone.
@@ -185,13 +180,14 @@ func waitForLock(ctx context.Context, o Options, e *recipe.Entry, sigs *signalPu
 	return ExitUsage, err
 }
 
-// jobEnv is a job's environment: base, the lock's identity and its
-// fencing token, then extra.
-func jobEnv(base []string, lock string, e *recipe.Entry, extra ...string) []string {
-	env := append(append([]string(nil), base...),
-		fencing.EnvToken+"="+strconv.FormatInt(e.Token(), 10),
-		fencing.EnvLock+"="+lock,
-		fencing.EnvLockNode+"="+e.Node())
+// lockEnv is what a job's environment gets once it holds the lock: the
+// lock's identity and its fencing token, then extra.
+func lockEnv(lock string, e *recipe.Entry, extra ...string) []string {
+	env := []string{
+		fencing.EnvToken + "=" + strconv.FormatInt(e.Token(), 10),
+		fencing.EnvLock + "=" + lock,
+		fencing.EnvLockNode + "=" + e.Node(),
+	}
 	return append(env, extra...)
 }
 
@@ -260,7 +256,7 @@ func (h *holding) run(ctx context.Context, spec jobSpec, armed *guardedJob) (int
 			return ExitUsage, err
 		}
 	}
-	job.Go(s.deadline(s.c.Lease()))
+	job.Go(s.deadline(s.c.Lease()), spec.lockEnv)
 	sessionLost := false
 	var lost *recipe.Loss
 	for {

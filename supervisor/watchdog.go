@@ -72,19 +72,20 @@ func RunWatchdog(cfg WatchdogConfig) int {
 	sigs := guardSignals()
 	ctrl := readLines(cfg.Control)
 	deadline := cfg.Deadline
+	var env []string // added to the job's, from the supervisor's E lines
 	if cfg.Armed {
 		// The first process start of a Go program probes for pidfd
 		// support with a throwaway clone; looking up a process runs the
 		// same one-time probe, so it is paid now rather than after Go.
 		_, _ = os.FindProcess(os.Getpid())
 		var ok bool
-		if deadline, ok = awaitGo(ctrl, sigs); !ok {
+		if deadline, env, ok = awaitGo(ctrl, sigs); !ok {
 			// Disarmed, or the supervisor is gone: nothing ran.
 			send(cfg.Report, report{kind: reportExited, result: JobResult{Reason: ReasonOrphaned}})
 			return 0
 		}
 	}
-	cmd, code := startJob(cfg.Argv)
+	cmd, code := startJob(cfg.Argv, env)
 	if cmd == nil {
 		send(cfg.Report, report{kind: reportExited, result: JobResult{Code: code, Reason: ReasonExit}})
 		return code
@@ -128,8 +129,11 @@ func readLines(r io.Reader) <-chan string {
 
 // startJob starts argv in its own process group, or returns the exit code
 // of a job that could not start (126, or 127 when it is not found).
-func startJob(argv []string) (*exec.Cmd, int) {
+func startJob(argv, env []string) (*exec.Cmd, int) {
 	cmd := exec.Command(argv[0], argv[1:]...)
+	if len(env) > 0 {
+		cmd.Env = append(os.Environ(), env...)
+	}
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
@@ -195,24 +199,27 @@ func guard(cmd *exec.Cmd, plan *killPlan, ctrl <-chan string, sigs <-chan os.Sig
 }
 
 // awaitGo waits for the supervisor's go-ahead and returns the deadline it
-// names; false if the control pipe closed, a stop was asked for or TERM
-// arrived first.
-func awaitGo(ctrl <-chan string, sigs <-chan os.Signal) (Boottime, bool) {
+// names and the environment sent before it; false if the control pipe
+// closed, a stop was asked for or TERM arrived first.
+func awaitGo(ctrl <-chan string, sigs <-chan os.Signal) (Boottime, []string, bool) {
+	var env []string
 	for {
 		select {
 		case line, ok := <-ctrl:
 			if !ok {
-				return 0, false
+				return 0, nil, false
 			}
 			m, ok := parseControl(line)
 			switch {
+			case ok && m.kind == ctrlEnv:
+				env = append(env, m.env)
 			case ok && m.kind == ctrlGo:
-				return m.deadline, true
+				return m.deadline, env, true
 			case ok && m.kind == ctrlStop:
-				return 0, false
+				return 0, nil, false
 			}
 		case <-sigs:
-			return 0, false
+			return 0, nil, false
 		}
 	}
 }

@@ -14,6 +14,8 @@ import (
 //
 // Control messages, supervisor → watchdog:
 //
+//	E <quoted>       one KEY=VALUE for the job's environment, sent before G:
+//	                 the lock's identity and token, known only once held
 //	G <boottime-ns>  an armed watchdog may start the job, to be killed by
 //	                 that deadline
 //	D <boottime-ns>  new kill deadline
@@ -29,8 +31,14 @@ import (
 // A line that does not parse is ignored, and so is a message the receiver
 // does not expect in its state (D before G, G after it).
 
+// WatchdogLockEnvFlag is the watchdog's flag that says E lines will come
+// (see cmd/coordrun/watchdog.go): a watchdog binary older than them
+// refuses it rather than run a job without its lock environment.
+const WatchdogLockEnvFlag = "lock-env"
+
 // Control message kinds.
 const (
+	ctrlEnv      = "E"
 	ctrlGo       = "G"
 	ctrlDeadline = "D"
 	ctrlSignal   = "S"
@@ -42,6 +50,7 @@ type control struct {
 	kind     string
 	deadline Boottime       // of ctrlGo and ctrlDeadline
 	signal   syscall.Signal // of ctrlSignal
+	env      string         // of ctrlEnv: KEY=VALUE
 }
 
 func (m control) String() string {
@@ -50,12 +59,18 @@ func (m control) String() string {
 		return fmt.Sprintf("%s %d", m.kind, int64(m.deadline))
 	case ctrlSignal:
 		return fmt.Sprintf("%s %d", m.kind, int(m.signal))
+	case ctrlEnv:
+		return m.kind + " " + strconv.Quote(m.env)
 	}
 	return m.kind
 }
 
 // parseControl reads one control line.
 func parseControl(line string) (control, bool) {
+	if q, ok := strings.CutPrefix(line, ctrlEnv+" "); ok {
+		env, err := strconv.Unquote(q)
+		return control{kind: ctrlEnv, env: env}, err == nil && strings.IndexByte(env, '=') > 0
+	}
 	f := strings.Fields(line)
 	switch {
 	case len(f) == 2 && (f[0] == ctrlGo || f[0] == ctrlDeadline):

@@ -15,6 +15,9 @@ func TestWatchdogProtocolRoundTrip(t *testing.T) {
 		{kind: ctrlSignal, signal: syscall.SIGUSR1},
 		{kind: ctrlSignal, signal: syscall.Signal(64)},
 		{kind: ctrlStop},
+		{kind: ctrlEnv, env: "COORDRUN_FENCING_TOKEN=42"},
+		{kind: ctrlEnv, env: "X=a value with spaces, \"quotes\" and a\nnewline"},
+		{kind: ctrlEnv, env: "EMPTY="},
 	} {
 		var b bytes.Buffer
 		send(&b, m)
@@ -55,6 +58,7 @@ func TestWatchdogProtocolText(t *testing.T) {
 		{control{kind: ctrlDeadline, deadline: 18}, "D 18"},
 		{control{kind: ctrlSignal, signal: syscall.SIGTERM}, "S 15"},
 		{control{kind: ctrlStop}, "K"},
+		{control{kind: ctrlEnv, env: "A=b c"}, `E "A=b c"`},
 		{report{kind: reportStarted, pid: 7}, "P 7"},
 		{report{kind: reportExited, result: JobResult{Code: 130, Signal: 2, Reason: ReasonWatchdogDied}}, "X 130 2 watchdog-died"},
 	} {
@@ -66,7 +70,8 @@ func TestWatchdogProtocolText(t *testing.T) {
 
 // Lines that are not messages are ignored, not misread.
 func TestWatchdogProtocolRejects(t *testing.T) {
-	for _, line := range []string{"", " ", "G", "G x", "G 1 2", "D", "D 1.5", "S 0", "S 65", "S -1", "S TERM", "K now", "Q 1", "g 1"} {
+	for _, line := range []string{"", " ", "G", "G x", "G 1 2", "D", "D 1.5", "S 0", "S 65", "S -1", "S TERM", "K now", "Q 1", "g 1",
+		"E", "E ", `E A=b`, `E "A=b`, `E "=b"`, `E "noequals"`} {
 		if m, ok := parseControl(line); ok {
 			t.Errorf("parseControl(%q) = %+v", line, m)
 		}

@@ -42,5 +42,10 @@ func newWatchdogCommand() *cobra.Command {
 	cmd.Flags().Duration("grace", 2*time.Second, "")
 	cmd.Flags().String("deadline", "0", "")
 	cmd.Flags().Bool("armed", false, "")
+	// Says that the job's lock environment comes over the control pipe (E
+	// lines, supervisor/wdproto.go). The watchdog reads them either way;
+	// the flag is there so that an older binary, which would ignore them
+	// and run the job without its fencing token, refuses to start.
+	cmd.Flags().Bool(supervisor.WatchdogLockEnvFlag, false, "")
 	return cmd
 }
