@@ -136,44 +136,48 @@ func bucketQuantile(cum map[float64]uint64, n uint64, q float64) float64 {
 	return lower
 }
 
-// printLockStages prints where the handoffs of the pred rows went.
-func printLockStages(out io.Writer, locks []handoffResult) {
-	header := false
-	for _, x := range locks {
-		if x.Workload != "pred" || len(x.Stages) == 0 {
-			continue
-		}
-		if !header {
-			fmt.Fprintln(out, "\nwhere a pred handoff's time goes on coordrun (from the gate's delete to the last measured holder: the releases'")
-			fmt.Fprintln(out, "and the takes' writes; notify = a release applied on the waiter's member → its notification written)")
-			header = true
-		}
+// stageTable is one workload's stage breakdown, as printed.
+type stageTable struct {
+	label string // "write x128"
+	rows  []stageRow
+}
+
+// printStageTables prints tables under header, if there are any.
+func printStageTables(out io.Writer, header string, tables []stageTable) {
+	if len(tables) == 0 {
+		return
+	}
+	fmt.Fprint(out, header)
+	for _, t := range tables {
 		tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintf(tw, "pred x%d\tstage\tcount\tmean µs\tp50 µs\t\n", x.Waiters)
-		for _, r := range x.Stages {
+		fmt.Fprintf(tw, "%s\tstage\tcount\tmean µs\tp50 µs\t\n", t.label)
+		for _, r := range t.rows {
 			fmt.Fprintf(tw, "\t%s\t%d\t%.0f\t%.0f\t\n", r.Stage, r.Writes, r.MeanUs, r.P50Us)
 		}
 		tw.Flush()
 	}
 }
 
+// printLockStages prints where the handoffs of the pred rows went.
+func printLockStages(out io.Writer, locks []handoffResult) {
+	var ts []stageTable
+	for _, x := range locks {
+		if x.Workload == "pred" && len(x.Stages) > 0 {
+			ts = append(ts, stageTable{fmt.Sprintf("pred x%d", x.Waiters), x.Stages})
+		}
+	}
+	printStageTables(out, "\nwhere a pred handoff's time goes on coordrun (from the gate's delete to the last measured holder: the releases'\n"+
+		"and the takes' writes; notify = a release applied on the waiter's member → its notification written)\n", ts)
+}
+
 // printStages prints the stage breakdown of the write rows that have one.
 func printStages(out io.Writer, kv []result) {
-	header := false
+	var ts []stageTable
 	for _, x := range kv {
-		if x.Workload != "write" || len(x.Stages) == 0 {
-			continue
+		if x.Workload == "write" && len(x.Stages) > 0 {
+			ts = append(ts, stageTable{fmt.Sprintf("write x%d", x.Clients), x.Stages})
 		}
-		if !header {
-			fmt.Fprintln(out, "\nwhere a write's time goes on coordrun (coordrun_write_stage_seconds over all members during the window;")
-			fmt.Fprintln(out, "commit and apply are the leader's, forward and own_apply a follower's; write is per batch of replies written)")
-			header = true
-		}
-		tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintf(tw, "write x%d\tstage\tcount\tmean µs\tp50 µs\t\n", x.Clients)
-		for _, r := range x.Stages {
-			fmt.Fprintf(tw, "\t%s\t%d\t%.0f\t%.0f\t\n", r.Stage, r.Writes, r.MeanUs, r.P50Us)
-		}
-		tw.Flush()
 	}
+	printStageTables(out, "\nwhere a write's time goes on coordrun (coordrun_write_stage_seconds over all members during the window;\n"+
+		"commit and apply are the leader's, forward and own_apply a follower's; write is per batch of replies written)\n", ts)
 }
