@@ -58,6 +58,8 @@ type compareConfig struct {
 	repeats      int
 	sessions     int
 	sessionsHold time.Duration
+	fanoutWatch  int
+	fanoutRounds int
 	etcdBin      string
 	plotPath     string
 	outDir       string
@@ -69,8 +71,8 @@ var workloadGroups = map[string][]string{
 	"kv":   {"write", "read", "mix"},
 	"lock": {"pred", "herd", "run", "crash"},
 	"all":  {"write", "read", "mix", "pred", "herd", "run", "crash", "failover", "startup"},
-	// Not in all: it holds -sessions sessions per system.
-	"scale": {"sessions"},
+	// Not in all: they hold -sessions sessions, -fanout-watchers watchers.
+	"scale": {"sessions", "fanout"},
 }
 
 func parseWorkloads(s string) (map[string]bool, error) {
@@ -84,7 +86,7 @@ func parseWorkloads(s string) (map[string]bool, error) {
 			continue
 		}
 		if !slices.Contains(workloadGroups["all"], w) && !slices.Contains(workloadGroups["scale"], w) {
-			return nil, fmt.Errorf("unknown workload %q (want %s, sessions, or kv, lock, scale, all)", w, strings.Join(workloadGroups["all"], ", "))
+			return nil, fmt.Errorf("unknown workload %q (want %s, sessions, fanout, or kv, lock, scale, all)", w, strings.Join(workloadGroups["all"], ", "))
 		}
 		out[w] = true
 	}
@@ -116,6 +118,7 @@ type compareReport struct {
 	Failovers []recoveryResult `json:"failovers"`
 	Startups  []recoveryResult `json:"startups"`
 	Sessions  []sessionsResult `json:"sessions,omitempty"`
+	Fanouts   []fanoutResult   `json:"fanouts,omitempty"`
 	Memory    []memRow         `json:"memory"`
 }
 
@@ -381,6 +384,19 @@ func runCompare(ctx context.Context, cfg config, cc compareConfig) error {
 			rep.Sessions = append(rep.Sessions, r)
 		}
 	}
+	if w["fanout"] {
+		for _, s := range procSystems {
+			if s.name == "etcd" {
+				continue // raw ZooKeeper frames
+			}
+			fmt.Fprintf(os.Stderr, "watch fan-out to %d watchers on %s ...\n", cc.fanoutWatch, s.name)
+			r, err := runFanout(ctx, s, cc.fanoutWatch, cc.fanoutRounds)
+			if err != nil {
+				return fmt.Errorf("%s: fanout: %w", s.name, err)
+			}
+			rep.Fanouts = append(rep.Fanouts, r)
+		}
+	}
 	if w["startup"] {
 		for _, s := range procSystems {
 			fmt.Fprintf(os.Stderr, "fresh ensemble start to first write, %s ...\n", s.name)
@@ -593,6 +609,13 @@ func (rep *compareReport) buildHeadline() {
 	}
 	for _, x := range rep.Startups {
 		add("fresh start", "first write ms", "lower", x.System, x.MedianMs)
+	}
+	for _, x := range rep.Fanouts {
+		name := fmt.Sprintf("fanout x%d", x.Watches)
+		add(name, "set→reply ms", "lower", x.System, x.ReplyMs)
+		add(name, "set→last notif ms", "lower", x.System, x.LastMs)
+		add(name, "reply→last notif ms", "lower", x.System, x.ReplyToLastMs)
+		add(name, "missing notifs", "lower", x.System, float64(x.Missing))
 	}
 	for _, x := range rep.Sessions {
 		name := fmt.Sprintf("sessions x%d", x.Sessions)

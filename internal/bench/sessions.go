@@ -43,6 +43,9 @@ type rawSession struct {
 	timeout time.Duration
 	closed  chan struct{} // the reader ended
 	lost    atomic.Bool
+	// notified, when set before any notification can arrive, is called
+	// by the reader for each one.
+	notified func()
 }
 
 const rawSessionTimeout = 10 * time.Second
@@ -86,13 +89,23 @@ func (s *rawSession) read(r *bufio.Reader) {
 		if err != nil {
 			return
 		}
+		var h wire.ReplyHeader
+		if h.Decode(wire.NewDecoder(f)) == nil && h.Xid == wire.XidNotification && s.notified != nil {
+			s.notified()
+		}
 		buf = f[:0]
 	}
 }
 
-func (s *rawSession) send(xid, op int32) error {
-	e := wire.NewFrameEncoder(make([]byte, 0, 12))
+func (s *rawSession) send(xid, op int32) error { return s.sendBody(xid, op, nil) }
+
+// sendBody sends a request whose body body encodes (nil: none).
+func (s *rawSession) sendBody(xid, op int32, body func(*wire.Encoder)) error {
+	e := wire.NewFrameEncoder(make([]byte, 0, 64))
 	(&wire.RequestHeader{Xid: xid, Opcode: op}).Encode(e)
+	if body != nil {
+		body(e)
+	}
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
 	_ = s.nc.SetWriteDeadline(time.Now().Add(5 * time.Second))
