@@ -555,7 +555,16 @@ func (w *chaosWorld) foreignDelete(kind string, target chaosRec, faulted time.Ti
 			if err == nil {
 				return
 			}
-			if !errors.Is(err, client.ErrConnectionLoss) {
+			switch {
+			case errors.Is(err, client.ErrSessionExpired):
+				// The harness's own session, idle since its last fault,
+				// did not survive the faults in between; it is not the
+				// subject here, the supervisors are. Say so, and go on
+				// with a new one.
+				w.logf("%s: the foreign client's session expired (%v); a new one carries on", kind, err)
+				w.foreign = nil
+				c = w.foreignClient(ctx)
+			case !errors.Is(err, client.ErrConnectionLoss):
 				w.t.Fatalf("%s: %s: %v", kind, what, err)
 			}
 		}
