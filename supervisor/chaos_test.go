@@ -358,7 +358,14 @@ var chaosMemberFaults = map[string]struct {
 			if err := c.Resume(i); err != nil {
 				return err
 			}
-			time.Sleep(30 * time.Millisecond) // its moment to answer
+			// Its moment to answer: until it serves its client port
+			// again, at most a second.
+			testkit.Poll(time.Second, func() bool {
+				ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+				defer cancel()
+				out, _ := client.FourLetter(ctx, c.DirectClientAddr(i), "ruok", nil)
+				return out == "imok"
+			})
 			if err := c.Kill(i); err != nil {
 				return err
 			}
