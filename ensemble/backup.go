@@ -2,7 +2,6 @@ package ensemble
 
 import (
 	"context"
-	"encoding/binary"
 	"fmt"
 	"io"
 	"os"
@@ -36,7 +35,7 @@ func (m *Member) streamSnapshot(w io.Writer) error {
 		return err
 	}
 	s := m.fsm.clone()
-	if _, err := w.Write(s.hdr[:]); err != nil {
+	if _, err := w.Write(s.hdr.bytes()); err != nil {
 		return err
 	}
 	return s.tree.WriteSnapshot(w)
@@ -45,39 +44,48 @@ func (m *Member) streamSnapshot(w io.Writer) error {
 // ReadBackup reads a snapshot saved by `coordrun ensemble snapshot save`,
 // checking it whole, and returns its zxid and tree.
 func ReadBackup(r io.Reader) (int64, *tree.Tree, error) {
-	var hdr [8]byte
-	if _, err := io.ReadFull(r, hdr[:]); err != nil {
-		return 0, nil, fmt.Errorf("backup header: %w", err)
+	hdr, t, err := readBackup(r)
+	return hdr.zxid, t, err
+}
+
+func readBackup(r io.Reader) (snapHeader, *tree.Tree, error) {
+	hdr, err := readSnapHeader(r)
+	if err != nil {
+		return snapHeader{}, nil, fmt.Errorf("backup header: %w", err)
 	}
 	t, err := tree.ReadSnapshot(r)
 	if err != nil {
-		return 0, nil, fmt.Errorf("backup: %w", err)
+		return snapHeader{}, nil, fmt.Errorf("backup: %w", err)
 	}
-	return int64(binary.BigEndian.Uint64(hdr[:])), t, nil
+	return hdr, t, nil
 }
 
 // seedFromBackup writes a backup into a new data dir's snapshot store as
 // the raft snapshot to start from, with the initial members as its
 // configuration. Raft then starts from it instead of bootstrapping, on
-// every member seeded from the same file alike. Its index is the backup's
-// zxid, so zxids (and fencing tokens) keep rising past the backup's.
+// every member seeded from the same file alike. Its index is chosen so
+// that the zxids of the entries after it (and fencing tokens) keep rising
+// past the backup's: the backup's zxid itself, or for grouped zxids the
+// index that zxid came from.
 func seedFromBackup(file string, snaps raft.SnapshotStore, trans raft.Transport, peers []Peer) error {
 	f, err := openBackup(file)
 	if err != nil {
 		return err
 	}
 	defer f.Close()
-	zxid, t, err := ReadBackup(f)
+	hdr, t, err := readBackup(f)
 	if err != nil {
 		return err
 	}
-	index := uint64(max(zxid, 1))
+	index := uint64(max(hdr.zxid, 1))
+	if hdr.grouped {
+		index = uint64(hdr.zxid>>zxidShift) + 1
+	}
 	sink, err := snaps.Create(1, index, 1, raft.Configuration{Servers: voters(peers)}, index, trans)
 	if err != nil {
 		return err
 	}
-	s := &fsmSnapshot{tree: t}
-	binary.BigEndian.PutUint64(s.hdr[:], uint64(zxid))
+	s := &fsmSnapshot{hdr: hdr, tree: t}
 	return s.Persist(sink)
 }
 

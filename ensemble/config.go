@@ -115,6 +115,10 @@ type Config struct {
 	// commitTimeout overrides raft's CommitTimeout (tests: a long one shows
 	// that followers learn commits from the commit pusher).
 	commitTimeout time.Duration
+	// legacyEntries makes the member behave, as to the log's format, like
+	// a version before group commit: it never proposes group entries and
+	// does not say it reads them (tests of the upgrade gate).
+	legacyEntries bool
 }
 
 const (

@@ -51,8 +51,10 @@
 //   - a write: conn.startWrite plans it (zk.PlanWrite: validation, then a
 //     tree.Txn, or an early answer) and hands the txn to submit
 //     (leader.go) at once, so a connection's writes pipeline. submit runs
-//     leaderCall: on the leader applyAsLeader stamps the txn and calls
-//     raft.Apply; on a follower the txn goes to the leader as an
+//     leaderCall: on the leader applyAsLeader stamps the txn and queues it
+//     in the proposer (group.go), which packs the writes queued while
+//     earlier groups commit into one raft entry (before the ensemble
+//     groups, groupGate, it calls raft.Apply per txn); on a follower the txn goes to the leader as an
 //     rpcPropose call (peerPool.get, rpcConn.start in rpc.go), where
 //     peerMux.route and servePeer dispatch it by the peerHandlers table to
 //     servePropose, which calls applyAsLeader on the read loop, in order.
@@ -65,7 +67,7 @@
 // stops when it is full).
 //
 // Raft commits the entry and calls fsm.ApplyBatch on every member, which
-// applies it to the tree (tree.Apply) under the write lock and calls
+// applies each of its txns, with a zxid of its own, to the tree (tree.Apply) under the write lock and calls
 // Member.afterApply (raft.go): watchManager.trigger fires the watches the
 // change events concern (zk.Fires; the READ check against each
 // connection's identities; zk.NotificationFrame) and queues the
@@ -107,6 +109,11 @@
 //   - expireLoop: one per member; while leading, it expires sessions past
 //     their deadline after raft's VerifyLeader, proposing each expiry on
 //     a goroutine of its own.
+//   - proposer.runForm and proposer.runAnswer: one each per member; while
+//     it leads, the first forms group entries and hands them to raft, the
+//     second answers their writes in log order.
+//   - groupGate: one per member until the log holds a group entry; while
+//     leading, it asks the others whether they read group entries.
 //   - livenessRelay.run: one per member; it sends batches of live sessions
 //     to the leader (sendTouch), one batch in flight.
 //   - peerMux.serve: one per member, accepting on the peer port; route, one

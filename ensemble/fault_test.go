@@ -595,7 +595,8 @@ func TestFaultLeaderKilled(t *testing.T) {
 }
 
 // faultPad appends n create txns to the raft log through the leader
-// directly, batched by raft, to push the log past TrailingLogs quickly; the
+// directly, one raft entry each (not grouped), batched by raft, to push
+// the log past TrailingLogs quickly; the
 // nodes /catch/pad-NNNN are real writes like any other. Proposals lost to
 // a leader change are redone through the client.
 func faultPad(t *testing.T, c *cluster, conn *zk.Conn, n int, deadline time.Time) {
@@ -608,11 +609,12 @@ func faultPad(t *testing.T, c *cluster, conn *zk.Conn, n int, deadline time.Time
 			Kind: tree.OpCreate, Path: p, Data: []byte(p),
 			ACL: []tree.ACL{{Perms: tree.PermAll, Scheme: "world", ID: "anyone"}},
 		}}}
-		f, err := leader.applyAsLeader(txn)
+		stamp(txn)
+		data, err := txn.MarshalBinary()
 		if err != nil {
 			t.Fatal(err)
 		}
-		futures[i] = f
+		futures[i] = leaderApply{f: leader.raft.Apply(data, 0), proposed: time.Now()}
 	}
 	redo := 0
 	for i, f := range futures {

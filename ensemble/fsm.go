@@ -25,9 +25,10 @@ type applyResult struct {
 	started, done time.Time
 }
 
-// fsm adapts tree.Tree to raft. The zxid of a txn is its raft log index, so
-// zxids are monotonic forever and never reused, including across leader
-// changes and restarts.
+// fsm adapts tree.Tree to raft. The zxid of a txn is its raft log index
+// until the first group entry, and index<<zxidShift | its position in the
+// entry from there on (group.go), so zxids are monotonic forever and never
+// reused, including across leader changes and restarts.
 //
 // Concurrency: raft calls ApplyBatch, Snapshot and Restore from one
 // goroutine. Everyone else sees the tree only through view, which holds
@@ -39,8 +40,11 @@ type fsm struct {
 	mu   sync.RWMutex // guards tree, and orders applies against views
 	tree *tree.Tree
 
-	applied  atomic.Int64 // index of the last applied command; the member's zxid
+	applied  atomic.Int64 // zxid of the last applied txn; the member's zxid
 	advanced broadcast    // notified whenever applied advances
+	// grouped: a group entry has been applied (here, or before the
+	// snapshot restored), so zxids are index<<zxidShift | position.
+	grouped atomic.Bool
 
 	// afterApply runs under mu (write) for every applied txn.
 	afterApply func(txn *tree.Txn, res *tree.Result, zxid int64)
@@ -79,27 +83,39 @@ func (f *fsm) ApplyBatch(logs []*raft.Log) []interface{} {
 	started := time.Now()
 	f.mu.Lock()
 	var last int64
-	var lastTerm uint64
+	var lastIndex, lastTerm uint64
 	for i, l := range logs {
 		if l.Type != raft.LogCommand {
 			continue
 		}
-		lastTerm = l.Term
-		zxid := int64(l.Index)
-		var txn tree.Txn
-		if err := txn.UnmarshalBinary(l.Data); err != nil {
-			// Every member rejects the same bytes alike, so skipping keeps
-			// them identical; the proposer learns of it through the result.
-			out[i] = applyResult{zxid: zxid, err: fmt.Errorf("undecodable txn at index %d: %w", l.Index, err), started: started, done: time.Now()}
+		lastIndex, lastTerm = l.Index, l.Term
+		if !isGroup(l.Data) {
+			zxid := int64(l.Index)
+			if f.grouped.Load() {
+				zxid = groupZxid(l.Index, 0)
+			}
+			out[i] = f.applyTxn(l.Data, zxid, started)
 			last = zxid
 			continue
 		}
-		res := f.tree.Apply(&txn, zxid)
-		if f.afterApply != nil {
-			f.afterApply(&txn, &res, zxid)
+		txns, err := decodeGroup(l.Data)
+		if err != nil {
+			// As for an undecodable txn below: every member skips it alike.
+			// The zxid of its first position is used up, so the switch to
+			// grouped zxids happens here too.
+			f.grouped.Store(true)
+			last = groupZxid(l.Index, 0)
+			out[i] = applyResult{zxid: last, err: fmt.Errorf("undecodable group at index %d: %w", l.Index, err), started: started, done: time.Now()}
+			continue
 		}
-		out[i] = applyResult{res: res, zxid: zxid, started: started, done: time.Now()}
-		last = zxid
+		// An empty group switches the mode and uses no zxid.
+		f.grouped.Store(true)
+		results := make([]applyResult, len(txns))
+		for k, data := range txns {
+			last = groupZxid(l.Index, k)
+			results[k] = f.applyTxn(data, last, started)
+		}
+		out[i] = results
 	}
 	if last != 0 {
 		f.applied.Store(last)
@@ -108,10 +124,25 @@ func (f *fsm) ApplyBatch(logs []*raft.Log) []interface{} {
 	if last != 0 {
 		f.advanced.notify()
 		if f.afterBatch != nil {
-			f.afterBatch(uint64(last), lastTerm)
+			f.afterBatch(lastIndex, lastTerm)
 		}
 	}
 	return out
+}
+
+// applyTxn applies one encoded txn as zxid, under mu.
+func (f *fsm) applyTxn(data []byte, zxid int64, started time.Time) applyResult {
+	var txn tree.Txn
+	if err := txn.UnmarshalBinary(data); err != nil {
+		// Every member rejects the same bytes alike, so skipping keeps
+		// them identical; the proposer learns of it through the result.
+		return applyResult{zxid: zxid, err: fmt.Errorf("undecodable txn at zxid %d: %w", zxid, err), started: started, done: time.Now()}
+	}
+	res := f.tree.Apply(&txn, zxid)
+	if f.afterApply != nil {
+		f.afterApply(&txn, &res, zxid)
+	}
+	return applyResult{res: res, zxid: zxid, started: started, done: time.Now()}
 }
 
 // waitApplied blocks until the command at index has been applied here.
@@ -140,7 +171,7 @@ func (f *fsm) clone() *fsmSnapshot {
 	var s fsmSnapshot
 	f.view(func(t *tree.Tree, zxid int64) {
 		s.tree = t.Clone()
-		binary.BigEndian.PutUint64(s.hdr[:], uint64(zxid))
+		s.hdr = snapHeader{zxid: zxid, grouped: f.grouped.Load()}
 	})
 	return &s
 }
@@ -148,8 +179,8 @@ func (f *fsm) clone() *fsmSnapshot {
 func (f *fsm) Restore(rc io.ReadCloser) error {
 	defer rc.Close()
 	r := bufio.NewReaderSize(rc, 1<<20)
-	var hdr [8]byte
-	if _, err := io.ReadFull(r, hdr[:]); err != nil {
+	hdr, err := readSnapHeader(r)
+	if err != nil {
 		return fmt.Errorf("snapshot header: %w", err)
 	}
 	t, err := tree.ReadSnapshot(r)
@@ -158,7 +189,8 @@ func (f *fsm) Restore(rc io.ReadCloser) error {
 	}
 	f.mu.Lock()
 	f.tree = t
-	f.applied.Store(int64(binary.BigEndian.Uint64(hdr[:])))
+	f.applied.Store(hdr.zxid)
+	f.grouped.Store(hdr.grouped)
 	if f.afterRestore != nil {
 		f.afterRestore(t)
 	}
@@ -167,16 +199,58 @@ func (f *fsm) Restore(rc io.ReadCloser) error {
 	return nil
 }
 
-// fsmSnapshot is a private copy of the tree and its applied zxid, written
-// to the snapshot store as the zxid followed by the tree's own format.
+// snapHeader leads a snapshot (raft's, and a backup): the applied zxid,
+// and whether zxids were grouped by then. The ungrouped form is the zxid
+// alone (8 bytes, big-endian), as coordrun wrote it before group commit;
+// the grouped form is groupedSnapMagic and then the zxid. A zxid is never
+// negative, so the magic's top bit tells the two apart.
+type snapHeader struct {
+	zxid    int64
+	grouped bool
+}
+
+const groupedSnapMagic uint64 = 0xC7C7_0000_6772_7001
+
+func (h snapHeader) bytes() []byte {
+	var b []byte
+	if h.grouped {
+		b = binary.BigEndian.AppendUint64(b, groupedSnapMagic)
+	}
+	return binary.BigEndian.AppendUint64(b, uint64(h.zxid))
+}
+
+func readSnapHeader(r io.Reader) (snapHeader, error) {
+	var b [8]byte
+	if _, err := io.ReadFull(r, b[:]); err != nil {
+		return snapHeader{}, err
+	}
+	v := binary.BigEndian.Uint64(b[:])
+	if v>>63 == 0 {
+		return snapHeader{zxid: int64(v)}, nil
+	}
+	if v != groupedSnapMagic {
+		return snapHeader{}, fmt.Errorf("unknown snapshot format %#x", v)
+	}
+	if _, err := io.ReadFull(r, b[:]); err != nil {
+		return snapHeader{}, err
+	}
+	z := binary.BigEndian.Uint64(b[:])
+	if z>>63 != 0 {
+		return snapHeader{}, fmt.Errorf("snapshot zxid %#x out of range", z)
+	}
+	return snapHeader{zxid: int64(z), grouped: true}, nil
+}
+
+// fsmSnapshot is a private copy of the tree and its header, written to the
+// snapshot store as the header followed by the tree's own format.
 type fsmSnapshot struct {
-	hdr  [8]byte
+	hdr  snapHeader
 	tree *tree.Tree
 }
 
 func (s *fsmSnapshot) Persist(sink raft.SnapshotSink) error {
 	w := bufio.NewWriterSize(sink, 1<<20)
-	_, err := w.Write(s.hdr[:])
+	_, err := w.Write(s.hdr.bytes())
 	if err == nil {
 		err = s.tree.WriteSnapshot(w)
 	}

@@ -44,6 +44,7 @@ type Member struct {
 	mux   *peerMux
 	store *raftboltdb.BoltStore
 	fsm   *fsm
+	prop  *proposer // group commit, used while leading (group.go)
 	pool  peerPool
 	peer  map[byte]peerHandler // member RPCs served on the peer port
 
@@ -63,6 +64,8 @@ type Member struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	ready  chan struct{} // closed once raft and the client port are up
+
+	groupsAgreed atomic.Bool // leading, and every member reads group entries
 }
 
 // Start opens (or creates) the member's data dir, joins the ensemble and
@@ -126,6 +129,7 @@ func Start(cfg Config) (*Member, error) {
 	close(m.ready)
 	m.tr.Go(m.acceptClients)
 	m.tr.Go(m.expireLoop)
+	m.tr.Go(m.groupGate)
 	m.tr.Go(func() { m.relay.run(m.ctx, 50*time.Millisecond) })
 	m.log.Info("member started", "client", ln.Addr().String(), "peer", m.mux.Addr().String())
 	return m, nil

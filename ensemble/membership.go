@@ -109,6 +109,12 @@ func (m *Member) applyChange(ctx context.Context, ch memberChange) error {
 		timeout = time.Until(d)
 	}
 	for _, p := range ch.add {
+		// A member that cannot read group entries would skip them and
+		// drift apart from the others. One not reachable yet is added
+		// anyway, as before: it learns the log once it starts.
+		if m.grouping() && errors.Is(m.readsGroups(ctx, p.Addr), errOldMember) {
+			return fmt.Errorf("%w: member %s %v; upgrade it before adding it", errBadChange, p.ID, errOldMember)
+		}
 		if err := m.raft.AddVoter(raft.ServerID(p.ID), raft.ServerAddress(p.Addr), 0, timeout).Error(); err != nil {
 			return fmt.Errorf("add member %s: %w", p.ID, err)
 		}

@@ -113,6 +113,9 @@ func (m *Member) startRaft() error {
 	}
 	m.raft = r
 	m.push.raft.Store(r)
+	m.prop = newProposer(r)
+	m.tr.Go(func() { m.prop.runForm(m.ctx) })
+	m.tr.Go(m.prop.runAnswer)
 	return nil
 }
 
@@ -273,9 +276,11 @@ func (m *Member) handOff() {
 	m.log.Info("leadership handed over before stopping", "to", to, "took", time.Since(start).Round(time.Millisecond))
 }
 
-// leaderApply is a txn handed to raft on the leader, and when.
+// leaderApply is a txn handed to raft on the leader, directly (f) or
+// through the group proposer (q), and when.
 type leaderApply struct {
 	f        raft.ApplyFuture
+	q        *queuedTxn
 	proposed time.Time
 }
 
@@ -286,24 +291,42 @@ func (m *Member) applyAsLeader(txn *tree.Txn) (leaderApply, error) {
 		return leaderApply{}, err
 	}
 	proposed := time.Now()
+	if m.grouping() {
+		q, err := m.prop.propose(m.ctx, data)
+		if err != nil {
+			return leaderApply{}, err
+		}
+		return leaderApply{q: q, proposed: proposed}, nil
+	}
 	return leaderApply{f: m.raft.Apply(data, 0), proposed: proposed}, nil
 }
 
 // waitApply waits for a txn proposed here to be applied here, and records
 // how long raft took to commit it and the tree to apply it.
 func (m *Member) waitApply(a leaderApply) (proposal, error) {
-	f := a.f
-	if err := f.Error(); err != nil {
-		if errors.Is(err, raft.ErrNotLeader) || errors.Is(err, raft.ErrLeadershipTransferInProgress) {
-			return proposal{}, ErrNoLeader
+	var ar applyResult
+	var err error
+	if a.q != nil {
+		select {
+		case <-a.q.done:
+			ar, err = a.q.res, a.q.err
+		case <-m.ctx.Done():
+			err = ErrClosed
 		}
+	} else if err = a.f.Error(); err == nil {
+		var ok bool
+		if ar, ok = a.f.Response().(applyResult); !ok {
+			return proposal{}, fmt.Errorf("%w: no result", ErrUncertain)
+		}
+	}
+	switch {
+	case errors.Is(err, ErrClosed):
+		return proposal{}, fmt.Errorf("%w: member closing", ErrUncertain)
+	case errors.Is(err, raft.ErrNotLeader) || errors.Is(err, raft.ErrLeadershipTransferInProgress):
+		return proposal{}, ErrNoLeader
+	case err != nil:
 		return proposal{}, fmt.Errorf("%w: %v", ErrUncertain, err)
-	}
-	ar, ok := f.Response().(applyResult)
-	if !ok {
-		return proposal{}, fmt.Errorf("%w: no result", ErrUncertain)
-	}
-	if ar.err != nil {
+	case ar.err != nil:
 		return proposal{}, ar.err
 	}
 	m.stats.stage(stageCommit, ar.started.Sub(a.proposed))

@@ -26,7 +26,10 @@ type MemberStatus struct {
 	Leader       string `json:"leader"`
 	Sessions     int    `json:"sessions"`
 	Znodes       int    `json:"znodes"`
-	Error        string `json:"error,omitempty"`
+	// GroupCommit: this member reads group entries (group.go); members
+	// older than group commit do not send it.
+	GroupCommit bool   `json:"group_commit,omitempty"`
+	Error       string `json:"error,omitempty"`
 }
 
 // Status is the ensemble as one member sees it, with each member's own
@@ -53,6 +56,7 @@ func (m *Member) localStatus() MemberStatus {
 		Leader:       string(leaderID),
 		Sessions:     m.track.count(),
 		Znodes:       nodes,
+		GroupCommit:  !m.cfg.legacyEntries,
 	}
 }
 

@@ -32,8 +32,8 @@
 // reused. The lock queue hands the lock to the present node with the lowest
 // sequence number, and a node created later gets both a higher sequence
 // number and a higher zxid, so each new holder's token exceeds its
-// predecessor's. This holds on a coordrun ensemble, where the zxid is the
-// raft log index, and on Apache ZooKeeper, where the zxid is
+// predecessor's. This holds on a coordrun ensemble, where the zxid comes
+// from the raft log position of the write, and on Apache ZooKeeper, where the zxid is
 // epoch<<32 | counter and each new leader starts a higher epoch, so tokens
 // keep rising across leader failovers. The same holder keeps its token for
 // the whole run, so a resource accepts a token equal to its mark: one run

@@ -142,7 +142,7 @@ type Event struct {
 	ACL []ACL
 }
 
-// Apply applies a transaction at zxid (its raft log index) and reports the
+// Apply applies a transaction at zxid (from its raft log position) and reports the
 // outcome. Errors are part of the replicated outcome, not failures of Apply:
 // every replica computes the same Result. Op data and passwords are copied,
 // so the caller keeps ownership of txn.

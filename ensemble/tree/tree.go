@@ -6,7 +6,8 @@
 // clock (each transaction carries the leader's timestamp), draws no random
 // numbers, never lets map iteration order leak into results, and does no I/O
 // beyond the io.Writer and io.Reader handed to the snapshot functions. The
-// zxid of a change is the raft log index of its entry, passed to Apply.
+// zxid of a change, passed to Apply, is decided by the caller from the raft
+// log position of its entry.
 //
 // Semantics follow Apache ZooKeeper 3.8: error precedence, stat updates,
 // sequential naming, ACL checks and multi atomicity match what its
