@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Group commit: the leader packs the writes that queue up while earlier
@@ -115,6 +116,7 @@ func (q *queuedTxn) finish(res applyResult, err error) {
 // answers their writes.
 type proposer struct {
 	raft    *raft.Raft
+	sizes   prometheus.Observer // writes per group
 	in      chan *queuedTxn
 	slots   chan struct{}     // one per group proposed and not yet answered
 	pending chan pendingGroup // those groups, in log order
@@ -125,9 +127,10 @@ type pendingGroup struct {
 	txns []*queuedTxn
 }
 
-func newProposer(r *raft.Raft) *proposer {
+func newProposer(r *raft.Raft, sizes prometheus.Observer) *proposer {
 	return &proposer{
 		raft:    r,
+		sizes:   sizes,
 		in:      make(chan *queuedTxn, 4*maxGroup),
 		slots:   make(chan struct{}, groupsInFlight),
 		pending: make(chan pendingGroup, groupsInFlight),
@@ -194,6 +197,7 @@ func (p *proposer) runForm(ctx context.Context) {
 			return
 		}
 		held = next
+		p.sizes.Observe(float64(len(group)))
 		p.pending <- pendingGroup{f: p.raft.Apply(encodeGroup(group), 0), txns: group}
 	}
 }

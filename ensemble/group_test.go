@@ -321,3 +321,37 @@ func TestGroupCommitRefusesOldMember(t *testing.T) {
 		t.Fatalf("%d servers in the configuration after the refusal", n)
 	}
 }
+
+// TestGroupWritesMetric: the leader counts the writes of each group it
+// proposes, so the histogram's sum is the writes it proposed.
+func TestGroupWritesMetric(t *testing.T) {
+	c := startCluster(t, 1)
+	m := c.Member(0)
+	testkit.WaitFor(t, 10*time.Second, "the lone member to group", m.fsm.grouped.Load)
+	conn := testkit.DialZK(t, c.Servers(), 4*time.Second)
+	before := histogramSum(t, m, "coordrun_group_writes")
+	const n = 20
+	for i := 0; i < n; i++ {
+		if _, err := conn.Create(fmt.Sprintf("/w%d", i), nil, 0, zk.WorldACL(zk.PermAll)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := histogramSum(t, m, "coordrun_group_writes") - before; got != n {
+		t.Fatalf("coordrun_group_writes grew by %v over %d writes", got, n)
+	}
+}
+
+func histogramSum(t *testing.T, m *Member, name string) float64 {
+	t.Helper()
+	mfs, err := m.Metrics().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			return mf.GetMetric()[0].GetHistogram().GetSampleSum()
+		}
+	}
+	t.Fatalf("%s not exported", name)
+	return 0
+}

@@ -79,6 +79,7 @@ func newMetrics(src metricSources) *metrics {
 		st.latency,
 		st.stages,
 		st.notified,
+		st.grouped,
 		x.store,
 		gauge("coordrun_outstanding_requests", "Client requests read but not yet answered.",
 			func() float64 { return float64(st.outstanding.Load()) }),

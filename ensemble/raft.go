@@ -113,7 +113,7 @@ func (m *Member) startRaft() error {
 	}
 	m.raft = r
 	m.push.raft.Store(r)
-	m.prop = newProposer(r)
+	m.prop = newProposer(r, m.stats.grouped)
 	m.tr.Go(func() { m.prop.runForm(m.ctx) })
 	m.tr.Go(m.prop.runAnswer)
 	return nil

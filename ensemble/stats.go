@@ -38,6 +38,7 @@ type requestStats struct {
 	stages   *prometheus.HistogramVec
 	stageObs [numStages]prometheus.Observer
 	notified prometheus.Histogram
+	grouped  prometheus.Histogram // writes per group entry the leader proposed
 }
 
 // The stages of a write, in the order it passes them. A write on the
@@ -86,6 +87,11 @@ func newRequestStats() *requestStats {
 		Name:    "coordrun_notification_seconds",
 		Help:    "Time from applying a change here to writing its watch notification to the client's socket (per batch written).",
 		Buckets: stageBuckets,
+	})
+	s.grouped = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "coordrun_group_writes",
+		Help:    "Writes per raft entry this member proposed as leader (group commit).",
+		Buckets: prometheus.ExponentialBuckets(1, 2, zxidShift+1),
 	})
 	return s
 }
