@@ -92,7 +92,17 @@ func (m *Member) serveClient(nc net.Conn) {
 		m.log.Debug("bad connect request", "remote", nc.RemoteAddr().String(), "err", err)
 		return
 	}
+	// Handshakes are bounded per member: in a storm of new sessions the
+	// rest wait here, holding only their socket, instead of all of them
+	// crowding the scheduler and the log at once (raft's heartbeats
+	// among them, whose delay would cost the leader its lease).
+	select {
+	case m.handshakes <- struct{}{}:
+	case <-m.ctx.Done():
+		return
+	}
 	c, resp, ok := m.env.handshake(nc, &req)
+	<-m.handshakes
 	if !ok {
 		if resp != nil {
 			n, _ := nc.Write(resp)

@@ -1,6 +1,7 @@
 package ensemble
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/coordrun/coordrun/ensemble/tree"
+	"github.com/coordrun/coordrun/ensemble/wire"
 	"github.com/coordrun/coordrun/internal/testkit"
 	"github.com/go-zookeeper/zk"
 	"github.com/hashicorp/raft"
@@ -354,4 +356,32 @@ func histogramSum(t *testing.T, m *Member, name string) float64 {
 	}
 	t.Fatalf("%s not exported", name)
 	return 0
+}
+
+// TestHandshakeOutlastsNoLeader: a new session asked for while the
+// ensemble has no quorum is created once it has one again, within a third
+// of its timeout, rather than the connection being closed when the
+// member's own wait for a leader runs out.
+func TestHandshakeOutlastsNoLeader(t *testing.T) {
+	c := startCluster(t, 3, func(cfg *Config) { cfg.MaxSessionTimeout = 30 * time.Second })
+	c.Stop(1)
+	c.Stop(2)
+	nc := rawDial(t, c.ClientAddr(0))
+	if _, err := nc.Write(encodeFrame(&wire.ConnectRequest{Timeout: 24000, Passwd: make([]byte, 16)})); err != nil {
+		t.Fatal(err)
+	}
+	// The scenario, not a wait for a condition: the quorum comes back
+	// only after the member's wait for a leader (four election timeouts)
+	// has run out once.
+	<-time.After(5 * testkit.ElectionTimeout)
+	c.Restart(t, 1)
+	_ = nc.SetReadDeadline(time.Now().Add(20 * time.Second))
+	frame, err := wire.ReadFrame(bufio.NewReader(nc), nil, 1<<20)
+	if err != nil {
+		t.Fatalf("no session: %v", err)
+	}
+	var resp wire.ConnectResponse
+	if err := resp.Decode(wire.NewDecoder(frame)); err != nil || resp.SessionID == 0 {
+		t.Fatalf("connect response %+v, %v", resp, err)
+	}
 }

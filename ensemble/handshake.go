@@ -35,6 +35,21 @@ func (env *connEnv) handshake(nc net.Conn, req *wire.ConnectRequest) (c *conn, r
 		timeout := env.negotiate(req.Timeout)
 		txn := &tree.Txn{Kind: tree.TxnCreateSession, Timeout: int32(timeout / time.Millisecond)}
 		p, err := h.submit(txn)(ctx)
+		// A session create that failed for want of a leader, or whose
+		// leader was lost before it could tell, is asked for again: an
+		// election during a storm of new sessions costs them a wait
+		// rather than their connection. A create that did commit after
+		// all leaves a session no one uses, which expires after its
+		// timeout. Only for a third of the timeout, though: about when
+		// a client gives up on this member and tries the next.
+		for until := time.Now().Add(timeout / 3); leaderTrouble(err) && time.Now().Before(until); {
+			select {
+			case <-time.After(20 * time.Millisecond):
+			case <-ctx.Done():
+				return nil, nil, false
+			}
+			p, err = h.submit(txn)(ctx)
+		}
 		if err == nil {
 			err = h.waitApplied(ctx, p.index)
 		}
@@ -130,4 +145,10 @@ func equalBytes(a, b []byte) bool {
 		v |= a[i] ^ b[i]
 	}
 	return v == 0
+}
+
+// leaderTrouble reports whether a write failed for want of a leader, or
+// lost its leader before its outcome was known.
+func leaderTrouble(err error) bool {
+	return errors.Is(err, ErrNoLeader) || errors.Is(err, errNotLeader) || errors.Is(err, ErrUncertain)
 }

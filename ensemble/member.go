@@ -66,7 +66,12 @@ type Member struct {
 	ready  chan struct{} // closed once raft and the client port are up
 
 	groupsAgreed atomic.Bool // leading, and every member reads group entries
+
+	handshakes chan struct{} // one per session handshake in progress (clients.go)
 }
+
+// maxHandshakes bounds the session handshakes a member runs at once.
+const maxHandshakes = 64
 
 // Start opens (or creates) the member's data dir, joins the ensemble and
 // starts serving clients. A new data dir bootstraps raft with cfg.Peers; an
@@ -87,6 +92,8 @@ func Start(cfg Config) (*Member, error) {
 		clients: newClientSet(),
 		stats:   newRequestStats(),
 		ready:   make(chan struct{}),
+
+		handshakes: make(chan struct{}, maxHandshakes),
 	}
 	m.ctx, m.cancel = context.WithCancel(context.Background())
 	m.metrics = newMetrics(m.metricSources())

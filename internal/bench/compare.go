@@ -72,7 +72,7 @@ var workloadGroups = map[string][]string{
 	"lock": {"pred", "herd", "run", "crash"},
 	"all":  {"write", "read", "mix", "pred", "herd", "run", "crash", "failover", "startup"},
 	// Not in all: they hold -sessions sessions, -fanout-watchers watchers.
-	"scale": {"sessions", "fanout"},
+	"scale": {"sessions", "storm", "fanout"},
 }
 
 func parseWorkloads(s string) (map[string]bool, error) {
@@ -118,6 +118,7 @@ type compareReport struct {
 	Failovers []recoveryResult `json:"failovers"`
 	Startups  []recoveryResult `json:"startups"`
 	Sessions  []sessionsResult `json:"sessions,omitempty"`
+	Storms    []stormResult    `json:"storms,omitempty"`
 	Fanouts   []fanoutResult   `json:"fanouts,omitempty"`
 	Memory    []memRow         `json:"memory"`
 }
@@ -390,6 +391,19 @@ func runCompare(ctx context.Context, cfg config, cc compareConfig) error {
 			rep.Sessions = append(rep.Sessions, r)
 		}
 	}
+	if w["storm"] {
+		for _, s := range procSystems {
+			if s.name == "etcd" {
+				continue // raw ZooKeeper frames
+			}
+			fmt.Fprintf(os.Stderr, "session storm of %d on %s ...\n", cc.sessions, s.name)
+			r, err := runStorm(ctx, s, cc.sessions)
+			if err != nil {
+				return fmt.Errorf("%s: storm: %w", s.name, err)
+			}
+			rep.Storms = append(rep.Storms, r)
+		}
+	}
 	if w["fanout"] {
 		for _, s := range procSystems {
 			if s.name == "etcd" {
@@ -631,6 +645,15 @@ func (rep *compareReport) buildHeadline() {
 		add(name, "RSS MiB, max member", "lower", x.System, mib(x.MaxRSSKiB))
 		add(name, "VmHWM MiB, max member", "lower", x.System, mib(x.MaxHWMKiB))
 		add(name, "close all ms", "lower", x.System, x.CloseMs)
+	}
+	for _, x := range rep.Storms {
+		name := fmt.Sprintf("storm x%d", x.Sessions)
+		add(name, "open+create all ms", "lower", x.System, x.OpenMs)
+		add(name, "refused", "lower", x.System, float64(x.Refused))
+		add(name, "survivors lost", "lower", x.System, float64(x.Lost))
+		add(name, "elections", "lower", x.System, float64(x.Elections))
+		add(name, "ephemerals left - want", "lower", x.System, float64(x.Ephemerals-x.Want))
+		add(name, "peak RSS MiB, max member", "lower", x.System, mib(x.PeakRSSKiB))
 	}
 	rss, hwm := map[string]float64{}, map[string]float64{}
 	for _, m := range rep.Memory {

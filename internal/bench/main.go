@@ -75,7 +75,7 @@ func main() {
 	flag.IntVar(&cfg.clients, "clients", 32, "clients (sessions) in the concurrent workloads")
 	flag.IntVar(&cfg.valueSize, "value-size", 100, "znode value size in bytes")
 	flag.StringVar(&cfg.jsonPath, "json", "", "also write the results as JSON to this file")
-	flag.StringVar(&cfg.workloads, "workloads", "all", "kv (setData/getData), lock (lock.go) or all; with -compare: comma-separated of write, read, mix, pred, herd, run, crash, failover, startup, sessions, fanout, or the groups kv, lock, scale (sessions, fanout), all (all but scale)")
+	flag.StringVar(&cfg.workloads, "workloads", "all", "kv (setData/getData), lock (lock.go) or all; with -compare: comma-separated of write, read, mix, pred, herd, run, crash, failover, startup, sessions, storm, fanout, or the groups kv, lock, scale (sessions, storm, fanout), all (all but scale)")
 	compare := flag.Bool("compare", false, "compare coordrun with ZooKeeper, etcd and bare raft (compare.go)")
 	systems := flag.String("systems", strings.Join(allSystems, ","), "with -compare: systems to run, of "+strings.Join(allSystems, ","))
 	writeClients := flag.String("write-clients", "1,32,128", "with -compare: client counts of the write workloads")
@@ -84,7 +84,7 @@ func main() {
 	var cc compareConfig
 	flag.IntVar(&cc.maxHandoffs, "max-handoffs", 200, "with -compare: handoffs measured per lock run at most (the queue's first)")
 	flag.IntVar(&cc.repeats, "repeats", 3, "with -compare: runs of failover and startup (the median is reported)")
-	flag.IntVar(&cc.sessions, "sessions", 10000, "with -compare: idle sessions of the sessions workload (-workloads sessions or scale)")
+	flag.IntVar(&cc.sessions, "sessions", 10000, "with -compare: sessions of the sessions and storm workloads (-workloads sessions, storm or scale)")
 	flag.DurationVar(&cc.sessionsHold, "sessions-hold", 10*time.Second, "with -compare: how long the sessions workload holds its sessions")
 	flag.IntVar(&cc.fanoutWatch, "fanout-watchers", 10000, "with -compare: watchers of the fanout workload (-workloads fanout or scale)")
 	flag.IntVar(&cc.fanoutRounds, "fanout-rounds", 20, "with -compare: setData rounds of the fanout workload (the median is reported)")

@@ -46,6 +46,9 @@ type rawSession struct {
 	// notified, when set before any notification can arrive, is called
 	// by the reader for each one.
 	notified func()
+	// replies gets the header of every reply to a request of xid > 0
+	// (dropped when full).
+	replies chan wire.ReplyHeader
 }
 
 const rawSessionTimeout = 10 * time.Second
@@ -75,7 +78,7 @@ func openRawSession(ctx context.Context, addr string) (*rawSession, error) {
 		return nil, fmt.Errorf("connect refused (%v)", err)
 	}
 	_ = nc.SetDeadline(time.Time{})
-	s := &rawSession{nc: nc, timeout: time.Duration(resp.Timeout) * time.Millisecond, closed: make(chan struct{})}
+	s := &rawSession{nc: nc, timeout: time.Duration(resp.Timeout) * time.Millisecond, closed: make(chan struct{}), replies: make(chan wire.ReplyHeader, 4)}
 	go s.read(r)
 	return s, nil
 }
@@ -90,8 +93,16 @@ func (s *rawSession) read(r *bufio.Reader) {
 			return
 		}
 		var h wire.ReplyHeader
-		if h.Decode(wire.NewDecoder(f)) == nil && h.Xid == wire.XidNotification && s.notified != nil {
-			s.notified()
+		if h.Decode(wire.NewDecoder(f)) == nil {
+			switch {
+			case h.Xid == wire.XidNotification && s.notified != nil:
+				s.notified()
+			case h.Xid > 0:
+				select {
+				case s.replies <- h:
+				default:
+				}
+			}
 		}
 		buf = f[:0]
 	}
