@@ -60,6 +60,7 @@ type compareConfig struct {
 	sessionsHold time.Duration
 	fanoutWatch  int
 	fanoutRounds int
+	treeNodes    int
 	etcdBin      string
 	plotPath     string
 	outDir       string
@@ -72,7 +73,7 @@ var workloadGroups = map[string][]string{
 	"lock": {"pred", "herd", "run", "crash"},
 	"all":  {"write", "read", "mix", "pred", "herd", "run", "crash", "failover", "startup"},
 	// Not in all: they hold -sessions sessions, -fanout-watchers watchers.
-	"scale": {"sessions", "storm", "fanout"},
+	"scale": {"sessions", "storm", "fanout", "tree"},
 }
 
 func parseWorkloads(s string) (map[string]bool, error) {
@@ -119,6 +120,7 @@ type compareReport struct {
 	Startups  []recoveryResult `json:"startups"`
 	Sessions  []sessionsResult `json:"sessions,omitempty"`
 	Storms    []stormResult    `json:"storms,omitempty"`
+	Trees     []treeResult     `json:"trees,omitempty"`
 	Fanouts   []fanoutResult   `json:"fanouts,omitempty"`
 	Memory    []memRow         `json:"memory"`
 }
@@ -404,6 +406,20 @@ func runCompare(ctx context.Context, cfg config, cc compareConfig) error {
 			rep.Storms = append(rep.Storms, r)
 		}
 	}
+	if w["tree"] {
+		for _, s := range procSystems {
+			if s.name == "etcd" {
+				continue
+			}
+			fmt.Fprintf(os.Stderr, "tree of %d znodes on %s ...\n", cc.treeNodes, s.name)
+			r, kv, err := runTree(ctx, s, cc.treeNodes, value, cfg)
+			if err != nil {
+				return fmt.Errorf("%s: tree: %w", s.name, err)
+			}
+			rep.Trees = append(rep.Trees, r)
+			rep.KV = append(rep.KV, kv)
+		}
+	}
 	if w["fanout"] {
 		for _, s := range procSystems {
 			if s.name == "etcd" {
@@ -645,6 +661,12 @@ func (rep *compareReport) buildHeadline() {
 		add(name, "RSS MiB, max member", "lower", x.System, mib(x.MaxRSSKiB))
 		add(name, "VmHWM MiB, max member", "lower", x.System, mib(x.MaxHWMKiB))
 		add(name, "close all ms", "lower", x.System, x.CloseMs)
+	}
+	for _, x := range rep.Trees {
+		name := fmt.Sprintf("tree %d", x.Nodes)
+		add(name, "populate ms", "lower", x.System, x.PopulateMs)
+		add(name, "RSS MiB, max member", "lower", x.System, mib(x.RSSKiB))
+		add(name, "follower catch-up ms", "lower", x.System, x.CatchUpMs)
 	}
 	for _, x := range rep.Storms {
 		name := fmt.Sprintf("storm x%d", x.Sessions)

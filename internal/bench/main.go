@@ -75,7 +75,7 @@ func main() {
 	flag.IntVar(&cfg.clients, "clients", 32, "clients (sessions) in the concurrent workloads")
 	flag.IntVar(&cfg.valueSize, "value-size", 100, "znode value size in bytes")
 	flag.StringVar(&cfg.jsonPath, "json", "", "also write the results as JSON to this file")
-	flag.StringVar(&cfg.workloads, "workloads", "all", "kv (setData/getData), lock (lock.go) or all; with -compare: comma-separated of write, read, mix, pred, herd, run, crash, failover, startup, sessions, storm, fanout, or the groups kv, lock, scale (sessions, storm, fanout), all (all but scale)")
+	flag.StringVar(&cfg.workloads, "workloads", "all", "kv (setData/getData), lock (lock.go) or all; with -compare: comma-separated of write, read, mix, pred, herd, run, crash, failover, startup, sessions, storm, fanout, tree, or the groups kv, lock, scale (sessions, storm, fanout, tree), all (all but scale)")
 	compare := flag.Bool("compare", false, "compare coordrun with ZooKeeper, etcd and bare raft (compare.go)")
 	systems := flag.String("systems", strings.Join(allSystems, ","), "with -compare: systems to run, of "+strings.Join(allSystems, ","))
 	writeClients := flag.String("write-clients", "1,32,128", "with -compare: client counts of the write workloads")
@@ -88,6 +88,7 @@ func main() {
 	flag.DurationVar(&cc.sessionsHold, "sessions-hold", 10*time.Second, "with -compare: how long the sessions workload holds its sessions")
 	flag.IntVar(&cc.fanoutWatch, "fanout-watchers", 10000, "with -compare: watchers of the fanout workload (-workloads fanout or scale)")
 	flag.IntVar(&cc.fanoutRounds, "fanout-rounds", 20, "with -compare: setData rounds of the fanout workload (the median is reported)")
+	flag.IntVar(&cc.treeNodes, "tree-nodes", 200000, "with -compare: znodes of the tree workload (-workloads tree or scale)")
 	flag.StringVar(&cc.etcdBin, "etcd", "etcd", "with -compare: etcd server binary (Debian: etcd-server)")
 	flag.StringVar(&cc.plotPath, "plot", "", "with -compare: plot file, .svg or .png (default bench-compare.svg in -out or the current dir; - for none)")
 	flag.StringVar(&cc.outDir, "out", "", "with -compare: write bench-compare.{txt,json,svg} into this dir")
@@ -117,8 +118,8 @@ func main() {
 		if err == nil {
 			cc.herdWaiters, err = parseInts(*herdWaiters)
 		}
-		if err == nil && (cc.repeats < 1 || cc.maxHandoffs < 2 || cc.sessions < 1 || cc.sessionsHold <= 0 || cc.fanoutWatch < 1 || cc.fanoutRounds < 1) {
-			err = errors.New("-repeats must be >= 1, -max-handoffs >= 2, -sessions, -fanout-watchers and -fanout-rounds >= 1, -sessions-hold > 0")
+		if err == nil && (cc.repeats < 1 || cc.maxHandoffs < 2 || cc.sessions < 1 || cc.sessionsHold <= 0 || cc.fanoutWatch < 1 || cc.fanoutRounds < 1 || cc.treeNodes < 1) {
+			err = errors.New("-repeats must be >= 1, -max-handoffs >= 2, -sessions, -fanout-watchers, -fanout-rounds and -tree-nodes >= 1, -sessions-hold > 0")
 		}
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "bench:", err)
