@@ -128,32 +128,19 @@ func (s *rawSession) sendBody(xid, op int32, body func(*wire.Encoder)) error {
 func runSessions(ctx context.Context, s *system, n int, hold time.Duration) (sessionsResult, error) {
 	res := sessionsResult{System: s.name, Sessions: n, SessionTTL: int(rawSessionTimeout / time.Millisecond)}
 	order := s.clientOrder()
-	sess := make([]*rawSession, n)
-	var refused atomic.Int64
-	var firstErr atomic.Value
 	start := time.Now()
-	var wg sync.WaitGroup
-	sem := make(chan struct{}, 64) // handshakes in flight
-	for i := range sess {
-		wg.Add(1)
-		sem <- struct{}{}
-		go func() {
-			defer wg.Done()
-			defer func() { <-sem }()
-			rs, err := openRawSession(ctx, order[i%len(order)])
-			if err != nil {
-				refused.Add(1)
-				firstErr.CompareAndSwap(nil, err.Error())
-				return
-			}
-			sess[i] = rs
-		}()
-	}
-	wg.Wait()
+	sess, openErr := openMany(ctx, order, n, 64, nil)
 	res.OpenMs = ms(time.Since(start))
-	res.Refused = int(refused.Load())
+	for _, rs := range sess {
+		if rs == nil {
+			res.Refused++
+		}
+	}
+	var firstErr atomic.Value
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 64)
 	if res.Refused == n {
-		return res, fmt.Errorf("no session established: %v", firstErr.Load())
+		return res, fmt.Errorf("no session established: %v", openErr)
 	}
 	defer func() {
 		for _, rs := range sess {
@@ -205,20 +192,7 @@ func runSessions(ctx context.Context, s *system, n int, hold time.Duration) (ses
 	}
 	stopPing()
 	pwg.Wait()
-	for _, rs := range sess {
-		if rs == nil {
-			continue
-		}
-		select {
-		case <-rs.closed:
-			res.Dropped++
-			continue
-		default:
-		}
-		if rs.lost.Load() {
-			res.Dropped++
-		}
-	}
+	res.Dropped = countLost(sess)
 
 	// Close them all at once; done when every server has closed its end.
 	start = time.Now()

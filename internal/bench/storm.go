@@ -115,20 +115,7 @@ func runStorm(ctx context.Context, s *system, n int) (stormResult, error) {
 	}
 	stopPings()
 	pings.Wait()
-	for _, rs := range sess {
-		if rs == nil {
-			continue
-		}
-		select {
-		case <-rs.closed:
-			res.Lost++
-			continue
-		default:
-		}
-		if rs.lost.Load() {
-			res.Lost++
-		}
-	}
+	res.Lost = countLost(sess)
 	// The dropped sessions' ephemerals are gone by now on a correct
 	// server; count what is left.
 	_, st, err := admin.Exists(stormPath)
@@ -170,6 +157,27 @@ func openMany(ctx context.Context, addrs []string, n, inflight int, then func(in
 	wg.Wait()
 	err, _ := firstErr.Load().(error)
 	return sess, err
+}
+
+// countLost counts the sessions whose connection ended or whose ping
+// could not be sent.
+func countLost(sess []*rawSession) int {
+	n := 0
+	for _, rs := range sess {
+		if rs == nil {
+			continue
+		}
+		select {
+		case <-rs.closed:
+			n++
+			continue
+		default:
+		}
+		if rs.lost.Load() {
+			n++
+		}
+	}
+	return n
 }
 
 // closeMany closes every session, 64 at a time, each once its server
