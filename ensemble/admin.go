@@ -94,14 +94,14 @@ func probeReply(w http.ResponseWriter, err error) {
 
 // ruok asks this member's own client port, the way a client reaches it.
 func (m *Member) ruok(ctx context.Context) error {
-	addr := m.client.Addr().String()
-	if host, port, err := net.SplitHostPort(addr); err == nil {
-		if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
-			addr = net.JoinHostPort("localhost", port)
+	var d net.Dialer
+	var nc net.Conn
+	var err error
+	for _, addr := range selfAddrs(m.client.Addr().String()) {
+		if nc, err = d.DialContext(ctx, "tcp", addr); err == nil {
+			break
 		}
 	}
-	var d net.Dialer
-	nc, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
 		return err
 	}
@@ -119,4 +119,26 @@ func (m *Member) ruok(ctx context.Context) error {
 		return fmt.Errorf("ruok answered %q", b)
 	}
 	return nil
+}
+
+// selfAddrs are the addresses to reach a listener at addr from the same
+// host. A wildcard listener is reached on the loopback address of its
+// family, by number: the name localhost may not resolve (a container
+// without /etc/hosts, a broken resolver), and a health check that fails
+// for that reason gets a healthy member killed. A dual-stack wildcard
+// ("[::]", what ":2181" listens on) takes IPv4 too, and ::1 may not exist
+// where IPv6 is off, so 127.0.0.1 comes first.
+func selfAddrs(addr string) []string {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return []string{addr}
+	}
+	ip := net.ParseIP(host)
+	switch {
+	case ip == nil || !ip.IsUnspecified():
+		return []string{addr}
+	case ip.To4() != nil:
+		return []string{net.JoinHostPort("127.0.0.1", port)}
+	}
+	return []string{net.JoinHostPort("127.0.0.1", port), net.JoinHostPort("::1", port)}
 }

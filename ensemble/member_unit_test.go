@@ -3,6 +3,7 @@ package ensemble
 import (
 	"crypto/tls"
 	"errors"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -182,5 +183,36 @@ func TestConfigErrors(t *testing.T) {
 	}
 	if err := (&Config{}).setDefaults(); err.Error() != "invalid member configuration: member id is required" {
 		t.Errorf("message %q", err)
+	}
+}
+
+// TestSelfAddrs: a wildcard client port is asked on a loopback address by
+// number, never by a name that must resolve.
+func TestSelfAddrs(t *testing.T) {
+	for addr, want := range map[string][]string{
+		"0.0.0.0:2181":      {"127.0.0.1:2181"},
+		"[::]:2181":         {"127.0.0.1:2181", "[::1]:2181"},
+		"127.0.0.1:2181":    {"127.0.0.1:2181"},
+		"10.1.2.3:2181":     {"10.1.2.3:2181"},
+		"[fe80::1]:2181":    {"[fe80::1]:2181"},
+		"zk.example.com:21": {"zk.example.com:21"},
+	} {
+		if got := selfAddrs(addr); !slices.Equal(got, want) {
+			t.Errorf("selfAddrs(%q) = %q, want %q", addr, got, want)
+		}
+	}
+}
+
+// TestLiveOnWildcardPort: a member listening on every address answers its
+// own liveness check.
+func TestLiveOnWildcardPort(t *testing.T) {
+	m, err := Start(Config{ID: "1", DataDir: t.TempDir(), ClientAddr: ":0", PeerAddr: "127.0.0.1:0", Logger: testkit.Logger("wild"),
+		HeartbeatTimeout: testkit.HeartbeatTimeout, ElectionTimeout: testkit.ElectionTimeout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	if err := m.ruok(testkit.Context(t, 5*time.Second)); err != nil {
+		t.Fatalf("ruok on %s: %v", m.ClientAddr(), err)
 	}
 }
