@@ -212,6 +212,12 @@ func TestSnapshotSaveRestore(t *testing.T) {
 	if st.Czxid <= zxid {
 		t.Fatalf("new write's czxid %d is not above the backup's zxid %d", st.Czxid, zxid)
 	}
+	// Nor far above it: the restored log goes on from the entry the
+	// backup's zxid came from, so that restoring a restore does not
+	// compound the jump (the ensemble grouped before the backup).
+	if st.Czxid>>zxidShift > zxid>>zxidShift+64 {
+		t.Fatalf("new write's czxid %#x jumped far past the backup's %#x", st.Czxid, zxid)
+	}
 
 	// A second restore onto a used data dir is refused.
 	cfg := r.cfgs[0]
