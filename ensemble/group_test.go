@@ -247,6 +247,9 @@ func TestGroupCommitGate(t *testing.T) {
 	if entries < writes {
 		t.Fatalf("%d writes in %d raft entries with an old member present", writes, entries)
 	}
+	if _, err := conn.Sync("/g"); err != nil {
+		t.Fatal(err)
+	}
 	_, st, err := conn.Get("/g/n0000")
 	if err != nil {
 		t.Fatal(err)
@@ -270,6 +273,11 @@ func TestGroupCommitGate(t *testing.T) {
 	t.Logf("grouped: %d concurrent writes from %d sessions in %d raft entries", writes, writers, entries)
 	if entries >= writes/2 {
 		t.Errorf("%d concurrent writes took %d raft entries: not grouped", writes, entries)
+	}
+	// The writers' sessions are on other members than conn's, whose
+	// reads are local: catch it up first.
+	if _, err := conn.Sync("/h"); err != nil {
+		t.Fatal(err)
 	}
 	children, _, err := conn.Children("/h")
 	if err != nil || len(children) != writes {
