@@ -11,11 +11,31 @@ import (
 var (
 	goodPaths = []string{"{R}", "{R}/a", "{R}/b", "{R}/c", "{R}/a/x", "{R}/a/y", "{R}/b/x", "{R}/a/x/z", "{S}", "{S}/x"}
 	seqPaths  = []string{"{R}/s-", "{R}/a/s-", "{R}/", "{R}/a/"}
-	badPaths  = []string{"{R}/", "{R}//a", "{N}/a", "", "{R}/a/.", "{R}/a/..", "{R}/a\x00b", "/", "/zookeeper", "/zookeeper/config", "/zookeeper/quota", "/zookeeper/{N}"}
+	badPaths  = []string{"{R}/", "{R}//a", "{N}/a", "", "{R}/a/.", "{R}/a/..", "{R}/a\x00b", "/zookeeper/{N}"}
 	goodACLs  = []string{"open", "open", "open", "open", "read", "noread", "creator", "u1", "u1+read", "ip", "ip-other"}
 	badACLs   = []string{"bad-empty", "bad-null", "bad-scheme", "bad-ip", "bad-digest", "bad-world"}
 	versions  = []int32{-1, -1, 0, 0, 1, 2, 7}
-	auths     = []string{"digest u1:pw1", "digest u2:pw2", "digest nocolon"}
+	// Requests on the nodes every sequence shares, each of which leaves
+	// them as they were (or fails): their stat and data reflect every
+	// earlier sequence, so reading them would compare histories.
+	systemOps = []Op{
+		{Code: wire.OpCreate, Path: "/", ACL: "open"},
+		{Code: wire.OpCreate, Path: "/zookeeper", ACL: "open"},
+		{Code: wire.OpCreate, Path: "/zookeeper/config", ACL: "open"},
+		{Code: wire.OpDelete, Path: "/", Version: -1},
+		{Code: wire.OpDelete, Path: "/zookeeper", Version: -1},
+		{Code: wire.OpDelete, Path: "/zookeeper/config", Version: 7},
+		{Code: wire.OpDelete, Path: "/zookeeper/quota", Version: 7},
+		{Code: wire.OpSetData, Path: "/zookeeper/config", Data: Data{Kind: DataText, Text: "x"}, Version: -1},
+		{Code: wire.OpSetData, Path: "/zookeeper/quota", Data: Data{Kind: DataText, Text: "x"}, Version: 7},
+		{Code: wire.OpSetData, Path: "/", Data: Data{Kind: DataText, Text: "x"}, Version: 1 << 30},
+		{Code: wire.OpGetACL, Path: "/zookeeper/config"},
+		{Code: wire.OpSetACL, Path: "/zookeeper/config", ACL: "open", Version: -1},
+		{Code: wire.OpSetACL, Path: "/", ACL: "read", Version: 1 << 30},
+		{Code: wire.OpExists, Path: "/zookeeper/config/x"},
+		{Code: wire.OpGetChildren, Path: "/zookeeper/config"},
+	}
+	auths = []string{"digest u1:pw1", "digest u2:pw2", "digest nocolon"}
 )
 
 // Generate returns a sequence of n ops on sessions 0..sessions-1, the
@@ -153,7 +173,9 @@ func (g *gen) op() Op {
 	case w < 61:
 		o = Op{Code: wire.OpGetACL, Path: g.path()}
 	case w < 65:
-		o = Op{Code: wire.OpSetACL, Path: g.path(), ACL: g.acl(), Version: pick(g.r, versions)}
+		// Only inside the root: an ACL set on / or /zookeeper would
+		// outlive the sequence (and could lock later roots out).
+		o = Op{Code: wire.OpSetACL, Path: pick(g.r, goodPaths), ACL: g.acl(), Version: pick(g.r, versions)}
 	case w < 72:
 		o = Op{Code: wire.OpMulti}
 		for n := 1 + g.r.IntN(4); n > 0; n-- {
@@ -175,8 +197,11 @@ func (g *gen) op() Op {
 		o = Op{Code: wire.OpAuth, Auth: pick(g.r, auths)}
 	case w < 89:
 		o = Op{Code: wire.OpWhoAmI}
+	case w < 90:
+		o = systemOps[g.r.IntN(len(systemOps))]
 	case w < 91:
-		o = Op{Code: pick(g.r, []int32{wire.OpGetEphemerals, wire.OpGetAllChildrenNumber}), Path: g.path()}
+		// Inside the root: counts above it include other sequences' nodes.
+		o = Op{Code: pick(g.r, []int32{wire.OpGetEphemerals, wire.OpGetAllChildrenNumber}), Path: pick(g.r, goodPaths)}
 	default:
 		o = g.bad()
 	}

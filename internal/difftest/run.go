@@ -19,6 +19,10 @@ type Target struct {
 	// tests that the tester notices a wrong reply or a lost event.
 	TamperReply func(o Op, reply wire.Record)
 	DropEvent   func(wire.WatcherEvent) bool
+	// Sync makes the barrier a sync, for sessions on different members
+	// of an ensemble: a member answers it only once it has applied every
+	// write committed before it, and so fired that write's watches.
+	Sync bool
 }
 
 // sessionTimeout is asked for by every session: within what both targets
@@ -93,9 +97,11 @@ func run(tg Target, root string, sessions int, seq []Op) (*Trace, error) {
 		r.barrier()
 	}
 	// Nodes outside the root outlive the run; remove the one a sequence
-	// may have made under /zookeeper so later listings stay short.
-	if s := r.sess[0]; !s.broken {
+	// may have made under /zookeeper, from a session of its own since the
+	// sequence's may be gone.
+	if s, err := dial(tg.Addrs[0], sessionTimeout); err == nil {
 		_, _, _ = s.call(s.nextXid(), wire.OpDelete, &wire.DeleteRequest{Path: "/zookeeper/" + r.name, Version: -1}, nil)
+		s.close()
 	}
 	return &Trace{Target: tg.Name, Root: root, Lines: rankZxids(r.lines)}, nil
 }
@@ -122,6 +128,13 @@ func (r *runner) barrier() {
 		if s.broken {
 			continue
 		}
+		if r.tg.Sync {
+			h, _, err := s.call(s.nextXid(), wire.OpSync, &wire.PathRequest{Path: r.root}, nil)
+			if err != nil || h.Err != wire.OK {
+				r.add("  s%d barrier -> %s", i, result(h.Err, err))
+			}
+			continue
+		}
 		h, _, err := s.call(s.nextXid(), wire.OpExists, &wire.PathWatchRequest{Path: r.root + "/never"}, nil)
 		if err != nil || h.Err != wire.ErrNoNode {
 			r.add("  s%d barrier -> %s", i, result(h.Err, err))
@@ -137,6 +150,9 @@ func (r *runner) expand(p string) string {
 // under different roots compare equal.
 func (r *runner) norm(p string) string {
 	p = strings.ReplaceAll(p, "/zookeeper/"+r.name, "/zookeeper/{N}")
+	if rest, ok := strings.CutPrefix(p, r.name); ok { // a relative path echoed back
+		p = "{N}" + rest
+	}
 	return strings.ReplaceAll(p, r.root, "{R}")
 }
 
@@ -357,31 +373,35 @@ func zmark(z int64) string { return "\x00" + strconv.FormatInt(z, 10) + "\x00" }
 
 var zmarkRE = regexp.MustCompile("\x00(-?[0-9]+)\x00")
 
-// rankZxids replaces each zxid by its rank among the zxids of the run
-// (z1 the lowest), so traces agree when the zxids are ordered alike,
-// whatever their values. Zero (the system nodes') stays 0.
+// rankZxids replaces zxids by labels that keep their order relations but
+// not their values: the first new zxid of a run is z1, the next z2, and
+// each new one says between which earlier ones it falls: "z3(>z1)" is
+// above z1 and below every other zxid seen before it, "z4(<)" below all
+// of them. Subsequent mentions are the bare label. Labels depend only on
+// what came before in the trace, so the traces of two targets agree up
+// to the first difference however they go on. Zero (the system nodes')
+// stays 0.
 func rankZxids(lines []Line) []Line {
-	seen := map[int64]bool{}
-	for _, l := range lines {
-		for _, m := range zmarkRE.FindAllStringSubmatch(l.Text, -1) {
-			z, _ := strconv.ParseInt(m[1], 10, 64)
-			seen[z] = true
-		}
-	}
-	var zs []int64
-	for z := range seen {
-		if z != 0 {
-			zs = append(zs, z)
-		}
-	}
-	slices.Sort(zs)
-	rank := map[string]string{"0": "0"}
-	for i, z := range zs {
-		rank[strconv.FormatInt(z, 10)] = "z" + strconv.Itoa(i+1)
-	}
+	label := map[int64]string{}
+	var seen []int64 // sorted
 	for i := range lines {
 		lines[i].Text = zmarkRE.ReplaceAllStringFunc(lines[i].Text, func(m string) string {
-			return rank[m[1:len(m)-1]]
+			z, _ := strconv.ParseInt(m[1:len(m)-1], 10, 64)
+			if z == 0 {
+				return "0"
+			}
+			if l, ok := label[z]; ok {
+				return l
+			}
+			at, _ := slices.BinarySearch(seen, z)
+			l := "z" + strconv.Itoa(len(label)+1)
+			label[z] = l
+			where := "(<)"
+			if at > 0 {
+				where = "(>" + label[seen[at-1]] + ")"
+			}
+			seen = slices.Insert(seen, at, z)
+			return l + where
 		})
 	}
 	return lines
