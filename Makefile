@@ -4,7 +4,7 @@ VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev
 LDFLAGS  := -s -w -X main.version=$(VERSION)
 FUZZTIME ?= 3s
 
-.PHONY: build test unit fuzz demo bench bench-compare chaos vet clean
+.PHONY: build test unit fuzz demo bench bench-compare chaos difftest vet clean
 
 # A static binary: no cgo, so it runs on any Linux host.
 build:
@@ -56,6 +56,19 @@ CHAOS_MEMBERS  ?= 3
 chaos: build
 	COORDRUN_BIN=$(CURDIR)/$(BIN) COORDRUN_CHAOS_DURATION=$(CHAOS_DURATION) COORDRUN_CHAOS_MEMBERS=$(CHAOS_MEMBERS) \
 	  $(GO) test -race -count=1 -v -timeout 60m -run 'Chaos' ./internal/chaos ./supervisor
+
+# Differential testing against Apache ZooKeeper 3.8 (Debian: zookeeper):
+# DIFFTEST_SEQS seeded sequences from DIFFTEST_SEED on one coordrun member
+# and a standalone ZooKeeper (DIFFTEST_MEMBERS=3: three of each, sessions
+# on different members); every difference the known table does not
+# explain is shrunk, printed, and written with both traces to DIFFTEST_OUT.
+DIFFTEST_SEQS ?= 1000
+DIFFTEST_SEED ?= 1
+DIFFTEST_OUT  ?= difftest-out
+DIFFTEST_MEMBERS ?= 1
+difftest:
+	$(GO) test -count=1 -v -timeout 120m -run '^TestDifferential$$' ./internal/difftest \
+	  -args -difftest.seqs=$(DIFFTEST_SEQS) -difftest.seed=$(DIFFTEST_SEED) -difftest.members=$(DIFFTEST_MEMBERS) -difftest.out=$(CURDIR)/$(DIFFTEST_OUT)
 
 clean:
 	rm -rf bin
