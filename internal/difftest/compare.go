@@ -1,6 +1,7 @@
 package difftest
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -34,6 +35,8 @@ type Diff struct {
 	// would differ as a consequence.
 	Local bool
 	Known *Known // the table entry that explains it, if any
+
+	ref, test *Trace // for matchers that look at earlier ops' outcomes
 }
 
 // Finding is a sequence on which the targets differ, with the
@@ -103,7 +106,7 @@ func compare(seq []Op, a, b *Trace) []Diff {
 		if x == y {
 			continue
 		}
-		d := Diff{Ops: seq, At: op, Ref: x, Test: y, Local: op >= 0 && local(x) && local(y)}
+		d := Diff{Ops: seq, At: op, Ref: x, Test: y, Local: op >= 0 && local(x) && local(y), ref: a, test: b}
 		diffs = append(diffs, d)
 		if !d.Local {
 			break
@@ -190,6 +193,10 @@ func firstDifferentResult(a, b string) (string, string) {
 	return a, b
 }
 
+// ErrNotRecurring is Shrink's answer for a difference that did not show
+// again when its sequence was re-run.
+var ErrNotRecurring = errors.New("the difference did not recur on re-runs")
+
 // Shrink cuts seq down while the targets still show an unexplained
 // difference with signature sig: first chunks, halving their size, then
 // single ops (delta debugging without the complement step). Every attempt
@@ -208,9 +215,18 @@ func (t *Tester) Shrink(seq []Op, sig string) (*Finding, *Diff, error) {
 		}
 		return nil, nil, nil
 	}
-	best, bd, err := try(seq)
-	if err != nil || best == nil {
-		return nil, nil, fmt.Errorf("the difference %q did not recur: %v", sig, err)
+	// A difference that shows only sometimes cannot be shrunk; a few
+	// tries tell it from one that shows every time.
+	var best *Finding
+	var bd *Diff
+	for try1 := 0; try1 < 3 && best == nil; try1++ {
+		var err error
+		if best, bd, err = try(seq); err != nil {
+			return nil, nil, err
+		}
+	}
+	if best == nil {
+		return nil, nil, ErrNotRecurring
 	}
 	// Nothing after the op that differs can cause it.
 	if bd.At+1 < len(best.Ops) {

@@ -39,7 +39,7 @@ var KnownDifferences = []Known{
 		Note: "An empty container node is deleted in the same write that removes its last child, rather than by a periodic sweep.",
 		Reason: "ZooKeeper's ContainerManager sweeps empty containers once a minute by default, so within a " +
 			"sequence the container is still there; coordrun deletes it in the write that empties it.",
-		Match: func(d Diff) bool { return touchesEmptiedContainer(d.Ops, d.At) },
+		Match: touchesEmptiedContainer,
 	},
 }
 
@@ -51,31 +51,48 @@ func (d Diff) op() (Op, bool) {
 	return d.Ops[d.At], true
 }
 
-// touchesEmptiedContainer reports whether op at (or one of its multi
-// operations) names a container created earlier in ops, its parent or a
-// child of it, after a delete that could have emptied it (at itself
-// counts: the delete that empties a container is where the two part).
-func touchesEmptiedContainer(ops []Op, at int) bool {
-	if at < 0 || at >= len(ops) {
+// touchesEmptiedContainer reports whether a difference that changes
+// state can come from a container coordrun deleted at once: op at (or one
+// of its multi operations) names a container that an earlier op created
+// (successfully, on both targets), or its parent or a child, at or after
+// an op that deleted a child of it on coordrun.
+func touchesEmptiedContainer(d Diff) bool {
+	if d.Local || d.At < 0 || d.At >= len(d.Ops) || d.ref == nil || d.test == nil {
 		return false
 	}
 	containers := map[string]bool{}
 	emptied := map[string]bool{}
-	for _, o := range ops[:at+1] {
+	for i, o := range d.Ops[:d.At+1] {
 		for _, s := range flatten(o) {
 			switch {
 			case isCreate(s.Code) && (s.Flags == wire.FlagContainer || s.Code == wire.OpCreateContainer):
-				containers[s.Path] = true
-			case s.Code == wire.OpDelete && containers[path.Dir(s.Path)]:
+				if succeeded(d.ref, i) && succeeded(d.test, i) {
+					containers[s.Path] = true
+				}
+			case s.Code == wire.OpDelete && containers[path.Dir(s.Path)] && succeeded(d.test, i):
 				emptied[path.Dir(s.Path)] = true
 			}
 		}
 	}
-	for _, s := range flatten(ops[at]) {
+	for _, s := range flatten(d.Ops[d.At]) {
 		for c := range emptied {
 			if s.Path == c || path.Dir(s.Path) == c || s.Path == path.Dir(c) {
 				return true
 			}
+		}
+	}
+	return false
+}
+
+// succeeded reports whether op's reply in t was OK (for a multi: with
+// every operation OK).
+func succeeded(t *Trace, op int) bool {
+	for _, l := range t.Lines {
+		if l.Op != op {
+			continue
+		}
+		if _, res, ok := strings.Cut(l.Text, " -> "); ok && !strings.Contains(l.Text, "barrier") {
+			return strings.HasPrefix(res, "OK") && !strings.Contains(res, "[error")
 		}
 	}
 	return false
