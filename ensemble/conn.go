@@ -378,12 +378,18 @@ func (c *conn) readLoop(r *bufio.Reader) {
 	}
 }
 
-// start begins one request and returns its slot. A request that does not
-// decode closes the connection, as ZooKeeper does.
+// start begins one request and returns its slot. A request whose body
+// does not decode is answered MARSHALLINGERROR when ZooKeeper's request
+// processors would have decoded it, and otherwise (auth, setWatches)
+// closes the connection, as ZooKeeper does.
 func (c *conn) start(hdr wire.RequestHeader, d *wire.Decoder) (slot, error) {
 	req, err := zk.Decode(hdr, d)
 	if err != nil {
-		return slot{}, err
+		if !zk.AnswersUndecodable(hdr.Opcode) {
+			return slot{}, err
+		}
+		xid, zxid := hdr.Xid, c.env.host.lastZxid()
+		return slot{finish: func() []byte { return zk.ErrorReply(xid, zxid, wire.ErrMarshallingError) }}, nil
 	}
 	h := c.env.host
 	xid := req.Xid
@@ -425,7 +431,9 @@ func (c *conn) start(hdr wire.RequestHeader, d *wire.Decoder) (slot, error) {
 		// Only reads keep their request: writes are planned here.
 		return slot{read: &readRequest{req: req, auth: c.auth}}, nil
 	}
-	return slot{finish: func() []byte { return zk.ErrorReply(xid, h.lastZxid(), wire.ErrUnimplemented) }}, nil
+	// An opcode ZooKeeper does not know: it answers UNIMPLEMENTED and
+	// ends the connection.
+	return slot{closeAfter: true, finish: func() []byte { return zk.ErrorReply(xid, h.lastZxid(), wire.ErrUnimplemented) }}, nil
 }
 
 // startWrite plans a write and hands it to raft; the slot waits for its

@@ -34,10 +34,15 @@ func Auth(auth, certIDs []tree.Identity, p *wire.AuthPacket) (ids []tree.Identit
 			return auth, false
 		}
 		return AddIdentities(auth, certIDs...), true
-	case p.Scheme != "digest" || !strings.Contains(string(p.Auth), ":"):
-		// Unknown scheme or malformed credentials.
+	case p.Scheme == "ip":
+		// ZooKeeper's IP provider ignores the payload and grants the
+		// connection's own address, which every session holds already.
+		return auth, true
+	case p.Scheme != "digest":
 		return auth, false
 	}
+	// Digest credentials without a colon are taken as ZooKeeper takes
+	// them: the whole text is the user, hashed as it is.
 	id := tree.Identity{Scheme: "digest", ID: DigestID(string(p.Auth))}
 	ids = make([]tree.Identity, 0, len(auth)+1)
 	for _, a := range auth {

@@ -207,7 +207,9 @@ func TestAuth(t *testing.T) {
 	}{
 		{"digest", base, nil, wire.AuthPacket{Scheme: "digest", Auth: []byte("ann:secret")}, append(slices.Clone(base), annID), true},
 		{"digest again", append(slices.Clone(base), annID), nil, wire.AuthPacket{Scheme: "digest", Auth: []byte("ann:secret")}, append(slices.Clone(base), annID), true},
-		{"digest without a colon", base, nil, wire.AuthPacket{Scheme: "digest", Auth: []byte("ann")}, base, false},
+		{"digest without a colon", base, nil, wire.AuthPacket{Scheme: "digest", Auth: []byte("ann")},
+			append(slices.Clone(base), tree.Identity{Scheme: "digest", ID: zk.DigestID("ann")}), true},
+		{"ip", base, nil, wire.AuthPacket{Scheme: "ip", Auth: []byte("10.9.9.9")}, base, true},
 		{"unknown scheme", base, nil, wire.AuthPacket{Scheme: "kerberos", Auth: []byte("a:b")}, base, false},
 		{"x509 with a certificate", append(slices.Clone(base), opsID), certs, wire.AuthPacket{Scheme: "x509"}, append(slices.Clone(base), certs...), true},
 		{"x509 without one", base, nil, wire.AuthPacket{Scheme: "x509", Auth: []byte("O=ops")}, base, false},

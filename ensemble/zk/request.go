@@ -71,9 +71,21 @@ func KindOf(op int32) Kind {
 	return KindUnknown
 }
 
+// AnswersUndecodable reports whether ZooKeeper answers a request of op
+// whose body does not decode with MARSHALLINGERROR, keeping the
+// connection: the ops its request processors decode. For the others (auth,
+// setWatches) it closes the connection.
+func AnswersUndecodable(op int32) bool {
+	switch op {
+	case wire.OpAuth, wire.OpSetWatches, wire.OpSetWatches2, wire.OpPing, wire.OpCloseSession:
+		return false
+	}
+	return KindOf(op) != KindUnknown
+}
+
 // Decode reads the body of the request hdr introduces. A body that does not
-// decode is an error, after which ZooKeeper closes the connection; an
-// unknown opcode is not (its body, if any, is ignored).
+// decode is an error (see AnswersUndecodable); an unknown opcode is not
+// (its body, if any, is ignored).
 func Decode(hdr wire.RequestHeader, d *wire.Decoder) (Request, error) {
 	r := Request{Xid: hdr.Xid, Op: hdr.Opcode}
 	// A failed read is recorded in d, and the record decoders go on

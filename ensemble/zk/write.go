@@ -70,7 +70,7 @@ func addOp(txn *tree.Txn, op int32, path string, data []byte, acl []wire.ACL, fl
 	case wire.OpDelete:
 		return addPathOp(txn, tree.OpDelete, path, nil, version, nil, lim), true
 	case wire.OpSetData:
-		return addPathOp(txn, tree.OpSetData, path, nonNil(data), version, nil, lim), true
+		return addPathOp(txn, tree.OpSetData, path, data, version, nil, lim), true
 	case wire.OpSetACL:
 		return addPathOp(txn, tree.OpSetACL, path, nil, version, acl, lim), true
 	case wire.OpCheck:
@@ -80,12 +80,17 @@ func addOp(txn *tree.Txn, op int32, path string, data []byte, acl []wire.ACL, fl
 }
 
 // addCreate appends a create op. Precedence: a TTL opcode (TTL nodes are
-// off, as on a default ZooKeeper), the flags, the mode and path as the tree
-// checks them, the container opcode's mode, the data size.
+// off, as on a default ZooKeeper; with a mode that is not a TTL one it is a
+// bad argument, as ZooKeeper's TTL check says before it gets that far),
+// the flags, the mode and path as the tree checks them, the container
+// opcode's mode, the data size.
 func addCreate(txn *tree.Txn, op int32, path string, data []byte, acl []wire.ACL, flags int32, lim Limits) wire.Code {
 	var code wire.Code
 	if op == wire.OpCreateTTL {
-		code = wire.ErrUnimplemented
+		code = wire.ErrBadArguments
+		if flags == wire.FlagPersistentWithTTL || flags == wire.FlagPersistentSequentialWithTTL {
+			code = wire.ErrUnimplemented
+		}
 	}
 	mode, ok := CreateMode(flags)
 	if ok {
@@ -115,15 +120,6 @@ func addPathOp(txn *tree.Txn, kind tree.OpKind, path string, data []byte, versio
 	}
 	txn.Ops = append(txn.Ops, tree.Op{Kind: kind, Path: path, Data: data, Version: version, ACL: tacl})
 	return code
-}
-
-// nonNil keeps setData's data a value: null data is stored as empty, as
-// ZooKeeper does.
-func nonNil(b []byte) []byte {
-	if b == nil {
-		return []byte{}
-	}
-	return b
 }
 
 func firstCode(have, c wire.Code) wire.Code {

@@ -88,8 +88,10 @@ func TestPlanWriteEarly(t *testing.T) {
 		{"create of too much data", wire.OpCreate, &wire.CreateRequest{Path: "/a", Data: big, ACL: open}, wire.ErrBadArguments},
 		{"create with undefined flags", wire.OpCreate, &wire.CreateRequest{Path: "/a", ACL: open, Flags: 7}, wire.ErrBadArguments},
 		{"TTL flags before a bad path", wire.OpCreate, &wire.CreateRequest{Path: "a", ACL: open, Flags: wire.FlagPersistentWithTTL}, wire.ErrUnimplemented},
-		{"TTL opcode before anything", wire.OpCreateTTL, &wire.CreateTTLRequest{Path: "a", Data: big, ACL: open, Flags: 9, TTL: 1}, wire.ErrUnimplemented},
-		{"TTL opcode with plain flags", wire.OpCreateTTL, &wire.CreateTTLRequest{Path: "/a", ACL: open, TTL: 1}, wire.ErrUnimplemented},
+		{"TTL opcode and mode before anything", wire.OpCreateTTL, &wire.CreateTTLRequest{Path: "a", Data: big, ACL: open, Flags: wire.FlagPersistentWithTTL, TTL: 1}, wire.ErrUnimplemented},
+		{"TTL opcode, sequential TTL mode", wire.OpCreateTTL, &wire.CreateTTLRequest{Path: "/a", ACL: open, Flags: wire.FlagPersistentSequentialWithTTL, TTL: 1}, wire.ErrUnimplemented},
+		{"TTL opcode with an unknown mode", wire.OpCreateTTL, &wire.CreateTTLRequest{Path: "a", Data: big, ACL: open, Flags: 9, TTL: 1}, wire.ErrBadArguments},
+		{"TTL opcode with plain flags", wire.OpCreateTTL, &wire.CreateTTLRequest{Path: "/a", ACL: open, TTL: 1}, wire.ErrBadArguments},
 		{"createContainer without the container flag", wire.OpCreateContainer, &wire.CreateRequest{Path: "/a", ACL: open}, wire.ErrBadArguments},
 		{"createContainer with TTL flags", wire.OpCreateContainer, &wire.CreateRequest{Path: "/a", ACL: open, Flags: wire.FlagPersistentWithTTL}, wire.ErrUnimplemented},
 		{"container flag through create", wire.OpCreate, &wire.CreateRequest{Path: "/a", ACL: open, Flags: wire.FlagContainer}, wire.OK},
@@ -121,7 +123,8 @@ func TestPlanWriteTxn(t *testing.T) {
 	s := zk.Session{ID: 9, Auth: []tree.Identity{annID}}
 	req := request(t, 1, wire.OpSetData, &wire.SetDataRequest{Path: "/a", Version: 3})
 	plan := zk.PlanWrite(&req, s, limits)
-	want := tree.Op{Kind: tree.OpSetData, Path: "/a", Data: []byte{}, Version: 3}
+	// Null data stays null, as on ZooKeeper (a later getData says so).
+	want := tree.Op{Kind: tree.OpSetData, Path: "/a", Data: nil, Version: 3}
 	if txn := plan.Txn; txn == nil || txn.Kind != tree.TxnOps || txn.Session != 9 || txn.Multi ||
 		!slices.Equal(txn.Auth, s.Auth) || len(txn.Ops) != 1 || !opEqual(txn.Ops[0], want) {
 		t.Fatalf("setData txn = %+v", plan.Txn)
