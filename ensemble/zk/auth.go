@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"slices"
 	"strings"
+	"unicode/utf16"
 
 	"github.com/coordrun/coordrun/ensemble/tree"
 	"github.com/coordrun/coordrun/ensemble/wire"
@@ -66,10 +67,12 @@ func AddIdentities(auth []tree.Identity, ids ...tree.Identity) []tree.Identity {
 }
 
 // whoAmI lists the identities as ZooKeeper's whoAmI does: a digest
-// identity by its user name alone.
+// identity by its user name alone, in the order ZooKeeper 3.8 keeps them
+// (zkSetOrder).
 func whoAmI(auth []tree.Identity) wire.WhoAmIResponse {
 	var r wire.WhoAmIResponse
-	for _, a := range auth {
+	ordered := zkSetOrder(auth)
+	for _, a := range ordered {
 		user := a.ID
 		if a.Scheme == "digest" {
 			user, _, _ = strings.Cut(a.ID, ":")
@@ -77,4 +80,40 @@ func whoAmI(auth []tree.Identity) wire.WhoAmIResponse {
 		r.ClientInfo = append(r.ClientInfo, wire.ClientInfo{AuthScheme: a.Scheme, User: user})
 	}
 	return r
+}
+
+// zkSetOrder orders identities as ZooKeeper 3.8 lists a connection's: it
+// keeps them in a set backed by a java.util.concurrent.ConcurrentHashMap,
+// which iterates by hash bucket (the spread hash of the jute Id's
+// hashCode, modulo the table size: 16, doubled whenever the set holds
+// three quarters of it) and, within a bucket, in insertion order. The
+// order is an artefact of that map, but clients see it in whoAmI.
+func zkSetOrder(ids []tree.Identity) []tree.Identity {
+	n := 16
+	for len(ids) > n*3/4 {
+		n *= 2
+	}
+	out := slices.Clone(ids)
+	slices.SortStableFunc(out, func(a, b tree.Identity) int {
+		return zkBucket(a, n) - zkBucket(b, n)
+	})
+	return out
+}
+
+func zkBucket(id tree.Identity, n int) int {
+	h := int32(17)
+	h = 37*h + javaStringHash(id.Scheme)
+	h = 37*h + javaStringHash(id.ID)
+	u := uint32(h)
+	spread := (u ^ u>>16) & 0x7fffffff
+	return int(spread & uint32(n-1))
+}
+
+// javaStringHash is Java's String.hashCode: over UTF-16 code units.
+func javaStringHash(s string) int32 {
+	var h int32
+	for _, u := range utf16.Encode([]rune(s)) {
+		h = 31*h + int32(u)
+	}
+	return h
 }

@@ -176,7 +176,8 @@ func TestMultiRead(t *testing.T) {
 	}
 }
 
-// whoAmI lists the connection's identities, a digest one by user name.
+// whoAmI lists the connection's identities, a digest one by user name, in
+// ZooKeeper's set order (TestWhoAmIOrderAsZooKeeper).
 func TestWhoAmI(t *testing.T) {
 	f := newFixture(t)
 	s := f.session(annID, opsID)
@@ -185,7 +186,7 @@ func TestWhoAmI(t *testing.T) {
 	if err := r.Decode(d); err != nil {
 		t.Fatal(err)
 	}
-	want := []wire.ClientInfo{{AuthScheme: "ip", User: "127.0.0.1"}, {AuthScheme: "digest", User: "ann"}, {AuthScheme: "x509", User: "O=ops"}}
+	want := []wire.ClientInfo{{AuthScheme: "digest", User: "ann"}, {AuthScheme: "ip", User: "127.0.0.1"}, {AuthScheme: "x509", User: "O=ops"}}
 	if !slices.Equal(r.ClientInfo, want) {
 		t.Errorf("whoAmI = %+v, want %+v", r.ClientInfo, want)
 	}
@@ -456,4 +457,33 @@ func sorted(s []string) string {
 	s = slices.Clone(s)
 	slices.Sort(s)
 	return strings.Join(s, ",")
+}
+
+// whoAmI's order is the one a real ZooKeeper 3.8.0 answered for the same
+// identities (connections from 127.0.0.1).
+func TestWhoAmIOrderAsZooKeeper(t *testing.T) {
+	digest := func(cred string) tree.Identity { return tree.Identity{Scheme: "digest", ID: zk.DigestID(cred)} }
+	for _, c := range []struct {
+		auth []tree.Identity
+		want []string
+	}{
+		// The fixture's sessions hold the address 127.0.0.1 already.
+		{[]tree.Identity{digest("u1:pw1")}, []string{"digest:u1", "ip:127.0.0.1"}},
+		{[]tree.Identity{digest("u:p"), digest("v:q")}, []string{"ip:127.0.0.1", "digest:u", "digest:v"}},
+		{[]tree.Identity{digest("nocolon")}, []string{"digest:nocolon", "ip:127.0.0.1"}},
+	} {
+		f := newFixture(t)
+		_, d, _ := f.read(f.session(c.auth...), wire.OpWhoAmI, nil)
+		var r wire.WhoAmIResponse
+		if err := r.Decode(d); err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, ci := range r.ClientInfo {
+			got = append(got, ci.AuthScheme+":"+ci.User)
+		}
+		if !slices.Equal(got, c.want) {
+			t.Errorf("whoAmI of %v = %v, want %v", c.auth, got, c.want)
+		}
+	}
 }
