@@ -41,6 +41,58 @@ var KnownDifferences = []Known{
 			"sequence the container is still there; coordrun deletes it in the write that empties it.",
 		Match: touchesEmptiedContainer,
 	},
+	{
+		ID: "watch-modes-on-one-path",
+		Note: "A session's watches of different kinds on one path (one-shot, persistent, persistent recursive) " +
+			"each fire as their own, as in ZooKeeper 3.9",
+		Reason: "ZooKeeper 3.8 keeps one watch mode per path and session, so a second addWatch or a one-shot " +
+			"watch on the same path replaces the first one's mode and events are lost or added; fixed in 3.9.0.",
+		JIRA:  "ZOOKEEPER-4466",
+		Match: mixesWatchModes,
+	},
+}
+
+// mixesWatchModes reports whether, by the op where the traces part, one
+// session had asked for watches of two kinds on one path, at least one of
+// them persistent or persistent recursive: where ZooKeeper 3.8 keeps only
+// one mode per path and session.
+func mixesWatchModes(d Diff) bool {
+	if d.At < 0 || d.At >= len(d.Ops) {
+		return false
+	}
+	type key struct {
+		s    int
+		path string
+	}
+	kinds := map[key]map[string]bool{}
+	note := func(o Op, kind string) {
+		k := key{o.S, o.Path}
+		if kinds[k] == nil {
+			kinds[k] = map[string]bool{}
+		}
+		kinds[k][kind] = true
+	}
+	for _, o := range d.Ops[:d.At+1] {
+		for _, s := range flatten(o) {
+			s.S = o.S
+			switch {
+			case s.Code == wire.OpAddWatch && s.Mode == wire.AddWatchPersistent:
+				note(s, "persistent")
+			case s.Code == wire.OpAddWatch && s.Mode == wire.AddWatchPersistentRecursive:
+				note(s, "recursive")
+			case s.Watch && (s.Code == wire.OpGetData || s.Code == wire.OpExists):
+				note(s, "data")
+			case s.Watch && (s.Code == wire.OpGetChildren || s.Code == wire.OpGetChildren2):
+				note(s, "child")
+			}
+		}
+	}
+	for _, ks := range kinds {
+		if len(ks) >= 2 && (ks["persistent"] || ks["recursive"]) {
+			return true
+		}
+	}
+	return false
 }
 
 // op is the op at which the traces part.
