@@ -256,3 +256,34 @@ func TestRankZxids(t *testing.T) {
 		t.Fatalf("ranked: %q %q", lines[0].Text, lines[1].Text)
 	}
 }
+
+// The watch-mode entry explains only sequences where one session mixed
+// watch kinds on one path.
+func TestMixesWatchModes(t *testing.T) {
+	mixed := []Op{
+		{S: 1, Code: wire.OpAddWatch, Path: "/r", Mode: wire.AddWatchPersistent},
+		{S: 1, Code: wire.OpAddWatch, Path: "/r", Mode: wire.AddWatchPersistentRecursive},
+		{S: 2, Code: wire.OpCreate, Path: "/r/a"},
+	}
+	if !mixesWatchModes(Diff{Ops: mixed, At: 2}) {
+		t.Error("persistent and recursive on one path by one session not matched")
+	}
+	oneShot := []Op{
+		{S: 1, Code: wire.OpAddWatch, Path: "/r", Mode: wire.AddWatchPersistentRecursive},
+		{S: 1, Code: wire.OpGetData, Path: "/r", Watch: true},
+		{S: 2, Code: wire.OpCreate, Path: "/r/c"},
+	}
+	if !mixesWatchModes(Diff{Ops: oneShot, At: 2}) {
+		t.Error("a one-shot watch after a recursive one not matched")
+	}
+	for name, ops := range map[string][]Op{
+		"two sessions": {{S: 1, Code: wire.OpAddWatch, Path: "/r", Mode: wire.AddWatchPersistent}, {S: 2, Code: wire.OpAddWatch, Path: "/r", Mode: wire.AddWatchPersistentRecursive}, {S: 3, Code: wire.OpCreate, Path: "/r/a"}},
+		"two paths":    {{S: 1, Code: wire.OpAddWatch, Path: "/r", Mode: wire.AddWatchPersistent}, {S: 1, Code: wire.OpAddWatch, Path: "/q", Mode: wire.AddWatchPersistentRecursive}, {S: 2, Code: wire.OpCreate, Path: "/r/a"}},
+		"one-shots":    {{S: 1, Code: wire.OpGetData, Path: "/r", Watch: true}, {S: 1, Code: wire.OpGetChildren, Path: "/r", Watch: true}, {S: 2, Code: wire.OpCreate, Path: "/r/a"}},
+		"after the op": {{S: 2, Code: wire.OpCreate, Path: "/r/a"}, {S: 1, Code: wire.OpAddWatch, Path: "/r", Mode: wire.AddWatchPersistent}, {S: 1, Code: wire.OpAddWatch, Path: "/r", Mode: wire.AddWatchPersistentRecursive}},
+	} {
+		if mixesWatchModes(Diff{Ops: ops, At: 0}) && name == "after the op" || name != "after the op" && mixesWatchModes(Diff{Ops: ops, At: 2}) {
+			t.Errorf("%s: matched", name)
+		}
+	}
+}
