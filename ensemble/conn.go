@@ -487,10 +487,8 @@ func (c *conn) startWrite(req *zk.Request) slot {
 // sync catches this member up with the leader's commit index at the time
 // of the request, then answers.
 func (c *conn) sync(xid int32, path string) []byte {
+	// ZooKeeper syncs whatever path it is given and echoes it.
 	h := c.env.host
-	if code := zk.SyncCode(path); code != wire.OK {
-		return zk.ErrorReply(xid, h.lastZxid(), code)
-	}
 	ctx, cancel := context.WithTimeout(c.env.ctx, c.timeout)
 	defer cancel()
 	idx, err := h.readIndex(ctx)

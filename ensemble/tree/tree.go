@@ -182,8 +182,12 @@ func cloneBytes(b []byte) []byte {
 	return append(make([]byte, 0, len(b)), b...)
 }
 
-// lookup finds a node for a read. Invalid paths simply do not exist.
+// lookup finds a node for a read. Invalid paths simply do not exist; the
+// empty path is the root, as in ZooKeeper's DataTree.
 func (t *Tree) lookup(path string) (*node, error) {
+	if path == "" {
+		path = "/"
+	}
 	if n := t.nodes[path]; n != nil {
 		return n, nil
 	}

@@ -119,19 +119,13 @@ func Read(t *tree.Tree, s Session, req *Request, zxid int64, res *Result) {
 	}
 }
 
-// pathCode is BadArguments for a path ZooKeeper refuses, else OK.
-func pathCode(path string) wire.Code {
-	if tree.ValidatePath(path, false) != nil {
-		return wire.ErrBadArguments
-	}
-	return wire.OK
-}
+// Reads, sync and addWatch take their path as it comes, as ZooKeeper does:
+// it validates the paths of writes only, so a path it would refuse to
+// create simply names no node (NONODE; a watch on it never fires), and the
+// empty path names the root.
 
 // readNode runs exists, getData and getChildren(2), and sets their watches.
 func readNode(t *tree.Tree, s Session, req *Request, zxid int64, res *Result) []byte {
-	if c := pathCode(req.Path); c != wire.OK {
-		return ErrorReply(req.Xid, zxid, c)
-	}
 	watch := func(k WatchKind) {
 		if req.Watch {
 			res.Watches = append(res.Watches, WatchReg{Kind: k, Path: req.Path})
@@ -182,13 +176,8 @@ func readNode(t *tree.Tree, s Session, req *Request, zxid int64, res *Result) []
 
 // readPath runs getACL, getAllChildrenNumber and getEphemerals.
 func readPath(t *tree.Tree, s Session, req *Request, zxid int64) []byte {
-	// getEphemerals takes a prefix, not a path: ZooKeeper does not
-	// validate it, and an empty one means every ephemeral.
-	if req.Op != wire.OpGetEphemerals {
-		if c := pathCode(req.Path); c != wire.OK {
-			return ErrorReply(req.Xid, zxid, c)
-		}
-	}
+	// getEphemerals takes a prefix, not a path: an empty one means every
+	// ephemeral.
 	return reply(req.Xid, zxid, func(e *wire.Encoder) wire.Code {
 		switch req.Op {
 		case wire.OpGetACL:
@@ -223,10 +212,6 @@ func multiRead(t *tree.Tree, s Session, req *Request, zxid int64) []byte {
 	return reply(req.Xid, zxid, func(e *wire.Encoder) wire.Code {
 		var mr wire.MultiResponse
 		for _, o := range req.Ops {
-			if pathCode(o.Path) != wire.OK {
-				mr.Results = append(mr.Results, wire.MultiResult{Type: wire.OpError, Err: wire.ErrBadArguments})
-				continue
-			}
 			switch o.Type {
 			case wire.OpGetData:
 				data, st, err := t.Get(o.Path, s.Auth)
@@ -253,9 +238,6 @@ func multiRead(t *tree.Tree, s Session, req *Request, zxid int64) []byte {
 
 // addWatch sets a persistent or persistent recursive watch.
 func addWatch(req *Request, zxid int64, res *Result) []byte {
-	if c := pathCode(req.Path); c != wire.OK {
-		return ErrorReply(req.Xid, zxid, c)
-	}
 	kind := WatchPersistent
 	switch req.Mode {
 	case wire.AddWatchPersistent:

@@ -37,10 +37,6 @@ func SyncReply(xid int32, zxid int64, path string) []byte {
 	})
 }
 
-// SyncCode is what a sync of path fails with before anything is waited
-// for: BadArguments for an invalid path, else OK.
-func SyncCode(path string) wire.Code { return pathCode(path) }
-
 // ReconfigReply answers a reconfig with the new configuration, as ZooKeeper
 // does: the data of /zookeeper/config.
 func ReconfigReply(xid int32, zxid int64, config []byte) []byte {
