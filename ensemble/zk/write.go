@@ -44,7 +44,13 @@ func PlanWrite(req *Request, s Session, lim Limits) Plan {
 				txn.Ops = append(txn.Ops, tree.Op{})
 			}
 			code = firstCode(code, c)
-			p.types = append(p.types, o.Type)
+			t := o.Type
+			if isCreateOp(t) && o.Flags == wire.FlagContainer {
+				// A container, whichever create opcode asked for it, is
+				// a createContainer txn on ZooKeeper, and answered so.
+				t = wire.OpCreateContainer
+			}
+			p.types = append(p.types, t)
 		}
 	default:
 		var ok bool
@@ -59,6 +65,10 @@ func PlanWrite(req *Request, s Session, lim Limits) Plan {
 		p.Txn = txn
 	}
 	return p
+}
+
+func isCreateOp(op int32) bool {
+	return op == wire.OpCreate || op == wire.OpCreate2 || op == wire.OpCreateContainer || op == wire.OpCreateTTL
 }
 
 // addOp appends the op of a write request and returns its early error;
@@ -170,10 +180,14 @@ func appendWriteReply(e *wire.Encoder, op int32, types []int32, o *Outcome) wire
 				continue
 			}
 			t := types[i]
-			if t == wire.OpCreate2 {
+			switch t {
+			case wire.OpCreate2:
 				// ZooKeeper answers a create2 inside a multi as a plain
 				// create (path only); clients expect exactly that.
 				t = wire.OpCreate
+			case wire.OpCreateContainer:
+				// A container's result is a create2 one: path and stat.
+				t = wire.OpCreate2
 			}
 			mr.Results = append(mr.Results, wire.MultiResult{Type: t, Path: r.Path, Stat: r.Stat})
 		}

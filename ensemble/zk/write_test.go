@@ -389,3 +389,34 @@ func TestX509ACL(t *testing.T) {
 		t.Errorf("create under it without the identity: %v", h.Err)
 	}
 }
+
+// Inside a multi, a container (whatever create opcode asked for it) is
+// answered with a create2 result, path and stat, and a plain create2 with
+// a create result, path only, as ZooKeeper 3.8 answers.
+func TestMultiCreateResultTypes(t *testing.T) {
+	s := zk.Session{ID: 9}
+	req := request(t, 1, wire.OpMulti, &wire.MultiRequest{Ops: []wire.MultiOp{
+		{Type: wire.OpCreateContainer, Path: "/a", ACL: open, Flags: wire.FlagContainer},
+		{Type: wire.OpCreate, Path: "/b", ACL: open, Flags: wire.FlagContainer},
+		{Type: wire.OpCreate2, Path: "/c", ACL: open, Flags: wire.FlagContainer},
+		{Type: wire.OpCreate2, Path: "/d", ACL: open},
+		{Type: wire.OpCreate, Path: "/e", ACL: open},
+	}})
+	plan := zk.PlanWrite(&req, s, limits)
+	if plan.Txn == nil {
+		t.Fatalf("multi planned as early %v", plan.Early)
+	}
+	st := wire.Stat{Czxid: 7, Version: 0}
+	out := zk.Outcome{Ops: []zk.OpOutcome{{Path: "/a", Stat: st}, {Path: "/b", Stat: st}, {Path: "/c", Stat: st}, {Path: "/d", Stat: st}, {Path: "/e", Stat: st}}}
+	_, d := reply(t, plan.Reply(1, 7, &out))
+	var mr wire.MultiResponse
+	if err := mr.Decode(d); err != nil {
+		t.Fatal(err)
+	}
+	want := []int32{wire.OpCreate2, wire.OpCreate2, wire.OpCreate2, wire.OpCreate, wire.OpCreate}
+	for i, r := range mr.Results {
+		if r.Type != want[i] || (r.Type == wire.OpCreate2) != (r.Stat.Czxid == 7) {
+			t.Errorf("result %d: type %d stat %+v, want type %d", i, r.Type, r.Stat, want[i])
+		}
+	}
+}
