@@ -2,6 +2,7 @@ package zk
 
 import (
 	"errors"
+	"strings"
 
 	"github.com/coordrun/coordrun/ensemble/tree"
 	"github.com/coordrun/coordrun/ensemble/wire"
@@ -135,7 +136,11 @@ func readNode(t *tree.Tree, s Session, req *Request, zxid int64, res *Result) []
 		switch req.Op {
 		case wire.OpExists:
 			// exists checks no ACL and sets a watch whether or not the node
-			// is there: on its data if it is, on its creation if not.
+			// is there: on its data if it is, on its creation if not. Of
+			// all reads, only exists refuses a path with a NUL in it.
+			if strings.IndexByte(req.Path, 0) >= 0 {
+				return wire.ErrBadArguments
+			}
 			st, err := t.Exists(req.Path)
 			switch {
 			case err == nil:

@@ -71,6 +71,8 @@ func TestReadNode(t *testing.T) {
 		{name: "getChildren without READ", op: wire.OpGetChildren2, path: "/ann", want: wire.ErrNoAuth},
 		{name: "exists of a bad path", op: wire.OpExists, path: "//", want: wire.ErrNoNode,
 			watch: []zk.WatchReg{{Kind: zk.WatchExist, Path: "//"}}},
+		{name: "exists of a path with a NUL", op: wire.OpExists, path: "/r\x00", want: wire.ErrBadArguments},
+		{name: "getData of a path with a NUL", op: wire.OpGetData, path: "/r\x00", want: wire.ErrNoNode},
 	} {
 		sess := c.s
 		if sess.ID == 0 {

@@ -18,6 +18,9 @@ type Plan struct {
 
 	op    int32
 	types []int32 // multi: the opcode of each op, in order
+	// multi: the op Early belongs to, or -1 when it is the whole
+	// request's (answered in the header, with no results).
+	earlyAt int
 }
 
 // PlanWrite validates a write request of session s and turns it into a
@@ -27,6 +30,7 @@ func PlanWrite(req *Request, s Session, lim Limits) Plan {
 	p := Plan{op: req.Op}
 	txn := &tree.Txn{Kind: tree.TxnOps, Session: s.ID, Auth: s.Auth}
 	var code wire.Code
+	whole := false // multi: refused as a whole (MARSHALLINGERROR)
 	switch req.Op {
 	case wire.OpMulti:
 		txn.Multi = true
@@ -42,6 +46,15 @@ func PlanWrite(req *Request, s Session, lim Limits) Plan {
 				// malformed request.
 				c = wire.ErrBadArguments
 				txn.Ops = append(txn.Ops, tree.Op{})
+			}
+			if c != wire.OK && code == wire.OK {
+				p.earlyAt = i
+			}
+			if isCreateOp(o.Type) && o.Type != wire.OpCreateTTL &&
+				(o.Flags == wire.FlagPersistentWithTTL || o.Flags == wire.FlagPersistentSequentialWithTTL) {
+				// ZooKeeper cannot even read such an op without its TTL,
+				// and refuses the whole request.
+				whole = true
 			}
 			code = firstCode(code, c)
 			t := o.Type
@@ -59,6 +72,8 @@ func PlanWrite(req *Request, s Session, lim Limits) Plan {
 		}
 	}
 	switch {
+	case whole:
+		p.Early, p.earlyAt = wire.ErrMarshallingError, -1
 	case code != wire.OK:
 		p.Early = code
 	case req.Op != wire.OpMulti || len(txn.Ops) > 0:
@@ -147,13 +162,21 @@ func (p *Plan) Answer(xid int32, zxid int64) []byte {
 	if p.op != wire.OpMulti {
 		return ErrorReply(xid, zxid, p.Early)
 	}
+	if p.earlyAt < 0 {
+		return ErrorReply(xid, zxid, p.Early)
+	}
+	// As ZooKeeper answers a multi that fails: the ops before the failing
+	// one OK (as error results), the failing one its code, the rest
+	// RUNTIMEINCONSISTENCY.
 	o := Outcome{Err: p.Early, Ops: make([]OpOutcome, len(p.types))}
 	if p.Early != wire.OK {
 		for i := range o.Ops {
-			o.Ops[i].Err = wire.ErrRuntimeInconsistency
+			if i > p.earlyAt {
+				o.Ops[i].Err = wire.ErrRuntimeInconsistency
+			}
 		}
-		if len(o.Ops) > 0 {
-			o.Ops[0].Err = p.Early
+		if p.earlyAt < len(o.Ops) {
+			o.Ops[p.earlyAt].Err = p.Early
 		}
 	}
 	return p.Reply(xid, zxid, &o)

@@ -277,7 +277,8 @@ func TestMulti(t *testing.T) {
 	}
 
 	// Refused before the tree is consulted (a read inside a write multi,
-	// a bad path): the first result carries the refusal.
+	// a bad path): the refused op carries the refusal, the ops before it
+	// OK and those after it RUNTIMEINCONSISTENCY, in ZooKeeper's order.
 	for _, bad := range [][]wire.MultiOp{
 		{{Type: wire.OpCreate, Path: "/m/c", ACL: open}, {Type: wire.OpGetData, Path: "/m"}},
 		{{Type: wire.OpCheck, Path: "/m", Version: -1}, {Type: wire.OpDelete, Path: "m", Version: -1}},
@@ -292,14 +293,33 @@ func TestMulti(t *testing.T) {
 		if err := mr.Decode(d); err != nil || h.Err != wire.OK || len(mr.Results) != 2 {
 			t.Fatalf("refused multi: %+v %+v %v", h, mr, err)
 		}
-		if mr.Results[0].Err != wire.ErrBadArguments || mr.Results[1].Err != wire.ErrRuntimeInconsistency {
+		if mr.Results[0].Type != wire.OpError || mr.Results[0].Err != wire.OK || mr.Results[1].Err != wire.ErrBadArguments {
 			t.Errorf("refused multi results %+v", mr.Results)
 		}
 	}
+	req := request(t, 3, wire.OpMulti, &wire.MultiRequest{Ops: []wire.MultiOp{
+		{Type: wire.OpDelete, Path: "m", Version: -1}, {Type: wire.OpCheck, Path: "/m", Version: -1}, {Type: wire.OpCheck, Path: "/m", Version: -1},
+	}})
+	plan := zk.PlanWrite(&req, s, limits)
+	mr = wire.MultiResponse{}
+	if _, d := reply(t, plan.Answer(3, f.zxid)); mr.Decode(d) != nil || len(mr.Results) != 3 ||
+		mr.Results[0].Err != wire.ErrBadArguments || mr.Results[1].Err != wire.ErrRuntimeInconsistency || mr.Results[2].Err != wire.ErrRuntimeInconsistency {
+		t.Errorf("multi refused at its first op: %+v", mr.Results)
+	}
+
+	// A create with a TTL mode but no TTL (not createTTL) makes the whole
+	// request unreadable to ZooKeeper: MARSHALLINGERROR, no results.
+	req = request(t, 3, wire.OpMulti, &wire.MultiRequest{Ops: []wire.MultiOp{
+		{Type: wire.OpCheck, Path: "/m", Version: -1}, {Type: wire.OpCreate, Path: "/m/t", ACL: open, Flags: wire.FlagPersistentWithTTL},
+	}})
+	plan = zk.PlanWrite(&req, s, limits)
+	if h, d := reply(t, plan.Answer(3, f.zxid)); plan.Txn != nil || h.Err != wire.ErrMarshallingError || d.Remaining() != 0 {
+		t.Errorf("multi with a TTL-mode create: %+v, %d body bytes", h, d.Remaining())
+	}
 
 	// An empty multi changes nothing and answers an empty result list.
-	req := request(t, 4, wire.OpMulti, &wire.MultiRequest{})
-	plan := zk.PlanWrite(&req, s, limits)
+	req = request(t, 4, wire.OpMulti, &wire.MultiRequest{})
+	plan = zk.PlanWrite(&req, s, limits)
 	if plan.Txn != nil || plan.Early != wire.OK {
 		t.Fatalf("empty multi planned: %+v", plan)
 	}
