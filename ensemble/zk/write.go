@@ -18,9 +18,7 @@ type Plan struct {
 
 	op    int32
 	types []int32 // multi: the opcode of each op, in order
-	// multi: the op Early belongs to, or -1 when it is the whole
-	// request's (answered in the header, with no results).
-	earlyAt int
+	earlyAt int // multi: the op Early belongs to
 }
 
 // PlanWrite validates a write request of session s and turns it into a
@@ -30,7 +28,6 @@ func PlanWrite(req *Request, s Session, lim Limits) Plan {
 	p := Plan{op: req.Op}
 	txn := &tree.Txn{Kind: tree.TxnOps, Session: s.ID, Auth: s.Auth}
 	var code wire.Code
-	whole := false // multi: refused as a whole (MARSHALLINGERROR)
 	switch req.Op {
 	case wire.OpMulti:
 		txn.Multi = true
@@ -50,12 +47,6 @@ func PlanWrite(req *Request, s Session, lim Limits) Plan {
 			if c != wire.OK && code == wire.OK {
 				p.earlyAt = i
 			}
-			if isCreateOp(o.Type) && o.Type != wire.OpCreateTTL &&
-				(o.Flags == wire.FlagPersistentWithTTL || o.Flags == wire.FlagPersistentSequentialWithTTL) {
-				// ZooKeeper cannot even read such an op without its TTL,
-				// and refuses the whole request.
-				whole = true
-			}
 			code = firstCode(code, c)
 			t := o.Type
 			if isCreateOp(t) && o.Flags == wire.FlagContainer {
@@ -72,8 +63,6 @@ func PlanWrite(req *Request, s Session, lim Limits) Plan {
 		}
 	}
 	switch {
-	case whole:
-		p.Early, p.earlyAt = wire.ErrMarshallingError, -1
 	case code != wire.OK:
 		p.Early = code
 	case req.Op != wire.OpMulti || len(txn.Ops) > 0:
@@ -160,9 +149,6 @@ func firstCode(have, c wire.Code) wire.Code {
 // code in the header.
 func (p *Plan) Answer(xid int32, zxid int64) []byte {
 	if p.op != wire.OpMulti {
-		return ErrorReply(xid, zxid, p.Early)
-	}
-	if p.earlyAt < 0 {
 		return ErrorReply(xid, zxid, p.Early)
 	}
 	// As ZooKeeper answers a multi that fails: the ops before the failing

@@ -307,16 +307,6 @@ func TestMulti(t *testing.T) {
 		t.Errorf("multi refused at its first op: %+v", mr.Results)
 	}
 
-	// A create with a TTL mode but no TTL (not createTTL) makes the whole
-	// request unreadable to ZooKeeper: MARSHALLINGERROR, no results.
-	req = request(t, 3, wire.OpMulti, &wire.MultiRequest{Ops: []wire.MultiOp{
-		{Type: wire.OpCheck, Path: "/m", Version: -1}, {Type: wire.OpCreate, Path: "/m/t", ACL: open, Flags: wire.FlagPersistentWithTTL},
-	}})
-	plan = zk.PlanWrite(&req, s, limits)
-	if h, d := reply(t, plan.Answer(3, f.zxid)); plan.Txn != nil || h.Err != wire.ErrMarshallingError || d.Remaining() != 0 {
-		t.Errorf("multi with a TTL-mode create: %+v, %d body bytes", h, d.Remaining())
-	}
-
 	// An empty multi changes nothing and answers an empty result list.
 	req = request(t, 4, wire.OpMulti, &wire.MultiRequest{})
 	plan = zk.PlanWrite(&req, s, limits)
