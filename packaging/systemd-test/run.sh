@@ -1,0 +1,327 @@
+#!/usr/bin/env bash
+# The package under a real systemd: builds the .deb, boots a Debian root
+# with systemd-nspawn (systemd as the container's PID 1), installs the .deb
+# there and drives the units with systemctl, journalctl and the coordrun
+# CLI. See packaging/README.md.
+#
+#   packaging/systemd-test/run.sh [SCENARIO...]   (default: all, in order)
+#
+# Exit 0: every scenario passed; 1: a scenario or a step failed; 77: this
+# machine cannot run the test (not root, or nspawn cannot boot a container),
+# with the reason on stderr and, if SYSTEMD_TEST_SKIP_FILE is set, in that
+# file.
+set -euo pipefail
+
+SUITE=${SYSTEMD_TEST_SUITE:-bookworm}
+# What the root holds beyond debootstrap's minbase: systemd as init, dbus
+# for systemctl's usual path, curl for /readyz, procps for pgrep.
+PACKAGES=systemd,systemd-sysv,dbus,curl,procps
+CACHE=${XDG_CACHE_HOME:-$HOME/.cache}/coordrun/systemd-root
+# Scenario windows: WATCHDOG is the WatchdogSec= of the drop-in of the
+# watchdog scenario (the unit ships 30s; shorter so that the window below
+# spans many intervals in little time), QUIET the window in which nothing
+# may restart.
+WATCHDOG=${SYSTEMD_TEST_WATCHDOG:-4}
+QUIET=${SYSTEMD_TEST_QUIET:-40}
+
+SCENARIOS=(serve no-hosts)
+
+repo=$(cd "$(dirname "$0")/../.." && pwd)
+t0=$SECONDS
+
+say() { printf '== %s [%ss]\n' "$*" $((SECONDS - t0)); }
+fail() {
+  printf 'FAIL: %s\n' "$*" >&2
+  exit 1
+}
+skip() {
+  printf 'skipped: %s\n' "$*" >&2
+  [ -z "${SYSTEMD_TEST_SKIP_FILE:-}" ] || printf '%s\n' "$*" >"$SYSTEMD_TEST_SKIP_FILE"
+  exit 77
+}
+
+# until DEADLINE_SECONDS WHAT CMD...: run CMD every 0.2s until it succeeds;
+# fail naming WHAT when the deadline passes first.
+until_ok() {
+  local limit=$1 what=$2 end=$((SECONDS + $1))
+  shift 2
+  until "$@"; do
+    [ $SECONDS -lt $end ] || fail "not within ${limit}s: $what"
+    sleep 0.2
+  done
+}
+
+# --- Preconditions ----------------------------------------------------------
+
+[ "$(id -u)" = 0 ] || skip "not root: debootstrap and systemd-nspawn need root"
+for s in "$@"; do
+  [[ " ${SCENARIOS[*]} " == *" $s "* ]] || fail "unknown scenario $s (have: ${SCENARIOS[*]})"
+done
+[ $# -eq 0 ] || SCENARIOS=("$@")
+
+if ! command -v debootstrap >/dev/null || ! command -v systemd-nspawn >/dev/null; then
+  say "installing debootstrap and systemd-container"
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap systemd-container >/dev/null ||
+    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap systemd-container >/dev/null; } ||
+    fail "cannot install debootstrap and systemd-container"
+fi
+
+# apt_mirror prints the first URI apt is configured with for SUITE: deb822
+# stanzas (*.sources: Types, URIs, Suites, Enabled) and one-line entries
+# (sources.list, *.list: deb [options] URI SUITE COMPONENT...).
+apt_mirror() {
+  local f
+  for f in /etc/apt/sources.list.d/*.sources; do
+    [ -f "$f" ] || continue
+    awk -v suite="$1" '
+      function flush() {
+        if (types ~ /(^| )deb( |$)/ && (" " suites " ") ~ (" " suite " ") && enabled != "no" && uris != "") {
+          split(uris, u, " "); print u[1]; found = 1; exit
+        }
+        types = uris = suites = enabled = ""
+      }
+      /^[ \t]*#/ { next }
+      /^[ \t]*$/ { flush(); next }
+      { key = tolower($1); sub(/:$/, "", key); $1 = ""; sub(/^ +/, "")
+        if (key == "types") types = $0; else if (key == "uris") uris = $0
+        else if (key == "suites") suites = $0; else if (key == "enabled") enabled = tolower($0) }
+      END { if (!found) flush() }' "$f"
+  done
+  { cat /etc/apt/sources.list /etc/apt/sources.list.d/*.list 2>/dev/null || true; } |
+    sed -E 's/#.*//; s/\[[^]]*\]//' |
+    awk -v suite="$1" '$1 == "deb" && $3 == suite { print $2 }'
+}
+mirror=$(apt_mirror "$SUITE" | head -n 1)
+[ -n "$mirror" ] || fail "apt is configured with no source for $SUITE (/etc/apt/sources.list, /etc/apt/sources.list.d)"
+
+work=$(mktemp -d /tmp/coordrun-systemd-test.XXXXXX)
+nspawn_pid=
+leader=
+cleanup() {
+  local rc=$?
+  if [ -n "$nspawn_pid" ] && kill -0 "$nspawn_pid" 2>/dev/null; then
+    if [ $rc -ne 0 ] && [ $rc -ne 77 ] && [ -n "$leader" ]; then
+      echo "--- the container's journal of coordrun units (last 40 lines)" >&2
+      ct journalctl --no-pager -q -u 'coordrun*' -n 40 >&2 || true
+    fi
+    # SIGTERM makes nspawn shut the container down in order; KILL after 30s.
+    kill -TERM "$nspawn_pid" 2>/dev/null || true
+    local end=$((SECONDS + 30))
+    while kill -0 "$nspawn_pid" 2>/dev/null && [ $SECONDS -lt $end ]; do sleep 0.2; done
+    kill -KILL "$nspawn_pid" 2>/dev/null || true
+  fi
+  rm -rf "$work"
+  exit $rc
+}
+trap cleanup EXIT
+
+# --- The package --------------------------------------------------------------
+
+say "make package"
+make -C "$repo" --no-print-directory package DIST="$work/dist" BIN="$work/coordrun" >"$work/package.log" 2>&1 ||
+  { tail -n 30 "$work/package.log" >&2; fail "make package"; }
+deb=$(ls "$work"/dist/coordrun_*.deb)
+
+# --- The root, cached per suite and package list ------------------------------
+
+key=$(printf '%s %s\n' "$SUITE" "$PACKAGES" | sha256sum | cut -c1-12)
+root=$CACHE/$SUITE-$key
+mkdir -p "$CACHE"
+exec 9>"$CACHE/.lock"
+flock 9 # one build at a time; a second run waits and then uses it
+if [ ! -f "$root/.complete" ]; then
+  say "debootstrap $SUITE from $mirror into $root"
+  rm -rf "$root.new"
+  debootstrap --variant=minbase --include="$PACKAGES" "$SUITE" "$root.new" "$mirror" >"$work/debootstrap.log" 2>&1 ||
+    { tail -n 30 "$work/debootstrap.log" >&2; fail "debootstrap $SUITE $mirror"; }
+  # Each boot gets a fresh machine id; no login prompt on the console.
+  : >"$root.new/etc/machine-id"
+  ln -sf /dev/null "$root.new/etc/systemd/system/console-getty.service"
+  touch "$root.new/.complete"
+  rm -rf "$root"
+  mv "$root.new" "$root"
+else
+  say "cached root $root"
+fi
+flock -u 9
+
+# --- Boot ---------------------------------------------------------------------
+
+# --volatile=overlay: the cached root is the lower layer of an overlay whose
+# upper layer is a tmpfs, so every run starts from the same root and
+# leaves it untouched.
+say "booting $SUITE with systemd-nspawn"
+mkdir -p "$work/pkg"
+cp "$deb" "$work/pkg/"
+systemd-nspawn --boot --keep-unit --register=no --private-network \
+  --volatile=overlay --console=read-only --machine="coordrun-test-$$" \
+  --directory="$root" --bind-ro="$work/pkg:/run/coordrun-pkg" \
+  >"$work/console.log" 2>&1 &
+nspawn_pid=$!
+
+# The container's PID 1 is the systemd process among nspawn's children.
+find_leader() {
+  kill -0 "$nspawn_pid" 2>/dev/null || return 0
+  leader=$(pgrep -P "$nspawn_pid" -x systemd || true)
+  [ -n "$leader" ]
+}
+end=$((SECONDS + 30))
+while ! find_leader || [ -z "$leader" ]; do
+  kill -0 "$nspawn_pid" 2>/dev/null ||
+    skip "systemd-nspawn cannot boot a container here: $(sed 's/\x1b\[[0-9;]*m//g' "$work/console.log" | tail -n 5 | tr '\n' ' ')"
+  [ $SECONDS -lt $end ] || skip "systemd-nspawn started no systemd within 30s"
+  sleep 0.2
+done
+
+# ct CMD...: run CMD in the container, in all its namespaces, with a clean
+# environment.
+ct() {
+  nsenter --target "$leader" --all -- \
+    env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin LANG=C.UTF-8 SYSTEMD_PAGER= SYSTEMD_COLORS=0 "$@"
+}
+
+# A booted plain Debian root is the precondition of every scenario, and
+# owes nothing to coordrun: when it does not come up, the machine cannot
+# run this test.
+# Until PID 1 listens on its private socket, systemctl cannot reach it;
+# from then on, --wait returns once booting has finished.
+end=$((SECONDS + 120))
+while :; do
+  state=$(timeout $((end - SECONDS)) nsenter --target "$leader" --all systemctl is-system-running --wait 2>&1) || true
+  case $state in
+    running) break ;;
+    degraded)
+      echo "container degraded: $(ct systemctl --failed --plain --no-legend | tr '\n' ' ')"
+      break
+      ;;
+    *"Failed to connect"*) [ $SECONDS -lt $end ] || skip "the container's systemd did not come up within 120s: $state" ;;
+    *) skip "the container's systemd did not come up (is-system-running: $state)" ;;
+  esac
+  sleep 0.2
+done
+say "container up: $(ct systemctl --version | head -n 1), leader pid $leader"
+
+say "dpkg -i $(basename "$deb")"
+ct dpkg -i "/run/coordrun-pkg/$(basename "$deb")" >"$work/dpkg.log" 2>&1 ||
+  { cat "$work/dpkg.log" >&2; fail "dpkg -i"; }
+ct cp /etc/coordrun/coordrun.yaml /root/coordrun.yaml.shipped
+
+# --- Helpers for the scenarios --------------------------------------------
+
+# prop UNIT PROPERTY: one property of a unit, as systemctl show prints it.
+prop() { ct systemctl show --value -p "$2" "$1"; }
+# word WORD: a four-letter word's answer on the client port, by bash's /dev/tcp.
+word() { ct bash -c 'exec 3<>/dev/tcp/127.0.0.1/2181 && printf %s "$1" >&3 && timeout 5 cat <&3' _ "$1" 2>/dev/null; }
+# journal UNIT: the unit's journal lines of this boot's current invocation
+# cursor on (see mark).
+cursor=
+mark() { cursor=$(ct journalctl --show-cursor -n 0 -q | sed -n 's/^-- cursor: //p'); }
+journal() { ct journalctl --no-pager -q -o cat --after-cursor="$cursor" -u "$1"; }
+# journal_has UNIT REGEX: whether a journal line since the mark matches
+# (read whole first: grep -q closing the pipe early would fail pipefail).
+journal_has() {
+  local lines
+  lines=$(journal "$1")
+  grep -q -E -e "$2" <<<"$lines"
+}
+show() { printf '%s\n' "$@" | sed 's/^/   /'; }
+
+member_config() {
+  ct tee /etc/coordrun/coordrun.yaml >/dev/null <<'YAML'
+id: "1"
+data-dir: /var/lib/coordrun
+client-addr: ":2181"
+peer-addr: 127.0.0.1:2888
+peers: 1=127.0.0.1:2888
+admin-addr: 127.0.0.1:8080
+YAML
+}
+hosts_file() {
+  printf '127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n' | ct tee /etc/hosts >/dev/null
+}
+
+# --- Scenarios ----------------------------------------------------------------
+
+# serve: a configured single member. systemctl start returns once it
+# serves (Type=notify), so ruok, ensemble status and /readyz answer at
+# once, without waiting; kill -9 of the main process is a failure that
+# Restart=on-failure restarts.
+scenario_serve() {
+  hosts_file
+  member_config
+  mark
+  local start=$SECONDS
+  ct systemctl start coordrun-server || fail "systemctl start coordrun-server: exit $?"
+  show "systemctl start returned 0 after $((SECONDS - start))s; $(prop coordrun-server ActiveState)/$(prop coordrun-server SubState), status: $(prop coordrun-server StatusText)"
+  local ruok ready status
+  ruok=$(word ruok)
+  [ "$ruok" = imok ] || fail "ruok right after start answered '$ruok'"
+  ready=$(ct curl -s -o /dev/null -w '%{http_code}' http://127.0.0.1:8080/readyz)
+  [ "$ready" = 200 ] || fail "/readyz right after start: HTTP $ready"
+  status=$(ct coordrun ensemble status --servers 127.0.0.1:2181 2>&1) || fail "coordrun ensemble status: exit $?: $status"
+  show "ruok: $ruok; /readyz: HTTP $ready; ensemble status:" "$status"
+  grep -q leader <<<"$status" || fail "ensemble status names no leader"
+
+  local pid restarts
+  pid=$(prop coordrun-server MainPID)
+  restarts=$(prop coordrun-server NRestarts)
+  start=$SECONDS
+  ct kill -9 "$pid"
+  restarted() {
+    local p
+    p=$(prop coordrun-server MainPID)
+    [ "$p" != 0 ] && [ "$p" != "$pid" ] && [ "$(prop coordrun-server ActiveState)" = active ]
+  }
+  until_ok 30 "coordrun-server restarted after kill -9 of $pid" restarted
+  [ "$(prop coordrun-server NRestarts)" = $((restarts + 1)) ] || fail "NRestarts $(prop coordrun-server NRestarts) after one kill, was $restarts"
+  show "kill -9 $pid: active again as pid $(prop coordrun-server MainPID) after $((SECONDS - start))s, NRestarts $(prop coordrun-server NRestarts)"
+  journal_has coordrun-server 'status=9/KILL' || fail "the journal does not show the SIGKILL"
+  [ "$(word ruok)" = imok ] || fail "ruok after the restart"
+}
+
+# no-hosts: the same member in a root without /etc/hosts (localhost does
+# not resolve) passes its liveness check: no watchdog restart within QUIET
+# seconds of a WatchdogSec of WATCHDOG seconds (a drop-in; the unit ships
+# 30s). Then SIGSTOP shows the watchdog is armed: the frozen member is
+# aborted and restarted.
+scenario_no_hosts() {
+  ct rm -f /etc/hosts
+  member_config
+  ct mkdir -p /run/systemd/system/coordrun-server.service.d
+  printf '[Service]\nWatchdogSec=%ss\n' "$WATCHDOG" | ct tee /run/systemd/system/coordrun-server.service.d/watchdog.conf >/dev/null
+  ct systemctl daemon-reload
+  mark
+  ct systemctl restart coordrun-server || fail "systemctl restart coordrun-server: exit $?"
+  local pid restarts wd
+  pid=$(prop coordrun-server MainPID)
+  restarts=$(prop coordrun-server NRestarts)
+  wd=$(prop coordrun-server WatchdogUSec)
+  ct getent hosts localhost >/dev/null && fail "localhost resolves without /etc/hosts"
+  show "no /etc/hosts (getent hosts localhost fails); WatchdogUSec=$wd; pid $pid, NRestarts $restarts"
+  local end=$((SECONDS + QUIET))
+  while [ $SECONDS -lt $end ]; do
+    [ "$(prop coordrun-server MainPID)" = "$pid" ] || fail "coordrun-server restarted without /etc/hosts: $(journal coordrun-server | grep -m 3 -i -e watchdog -e liveness)"
+    sleep 1
+  done
+  local withheld
+  withheld=$(journal coordrun-server | grep -c 'liveness check failed' || true)
+  [ "$withheld" = 0 ] || fail "$withheld liveness check failures in the journal: $(journal coordrun-server | grep -m 1 'liveness check failed')"
+  journal_has coordrun-server 'systemd watchdog enabled' || fail "the member did not see the watchdog"
+  show "over ${QUIET}s ($((QUIET / WATCHDOG)) watchdog intervals): pid unchanged, NRestarts $(prop coordrun-server NRestarts), 0 liveness check failures"
+
+  local start=$SECONDS
+  ct kill -STOP "$pid"
+  aborted() { [ "$(prop coordrun-server NRestarts)" -gt "$restarts" ] && [ "$(prop coordrun-server ActiveState)" = active ]; }
+  until_ok $((WATCHDOG * 3 + 10)) "the watchdog restarting the stopped member" aborted
+  journal_has coordrun-server 'Watchdog timeout' || fail "restarted, but the journal shows no watchdog timeout"
+  show "SIGSTOP $pid: watchdog timeout, active again as pid $(prop coordrun-server MainPID) after $((SECONDS - start))s"
+  ct rm -r /run/systemd/system/coordrun-server.service.d
+  ct systemctl daemon-reload
+}
+
+for s in "${SCENARIOS[@]}"; do
+  say "scenario $s"
+  "scenario_${s//-/_}"
+  say "scenario $s: ok"
+done
+say "all passed: ${SCENARIOS[*]}"
