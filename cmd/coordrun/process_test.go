@@ -513,7 +513,14 @@ func TestBadConfig(t *testing.T) {
 			args: func(dir string) []string {
 				return []string{"--data-dir", dir, "--client-addr", client, "--peer-addr", peer}
 			},
-			want: "--id is required",
+			want: "--id is required (or config key id, COORDRUN_ID; or --dev)",
+		},
+		{
+			// The shipped config file with the member's keys left out, as
+			// in `systemctl enable --now coordrun-server` before editing it.
+			name:   "missing id in the config file",
+			config: "data-dir: %DIR%\nclient-addr: %CLIENT%\npeer-addr: %PEER%\n",
+			want:   "config key id is not set in ",
 		},
 		{
 			name: "profiles without an admin listener",

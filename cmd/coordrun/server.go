@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/coordrun/coordrun/ensemble"
@@ -137,7 +138,7 @@ func runServer(cmd *cobra.Command, _ []string) error {
 	}
 	m, err := ensemble.Start(cfg)
 	if errors.Is(err, ensemble.ErrConfig) {
-		return usageError{flagError(err)}
+		return usageError{settingError(err, v.ConfigFileUsed())}
 	}
 	if err != nil {
 		return err
@@ -150,16 +151,24 @@ func runServer(cmd *cobra.Command, _ []string) error {
 	return m.Close()
 }
 
-// requiredFlags are the flags of the member settings without a default.
-var requiredFlags = map[string]string{"ID": "--id", "DataDir": "--data-dir", "PeerAddr": "--peer-addr"}
+// requiredKeys are the names (flag and config key) of the member settings
+// without a default.
+var requiredKeys = map[string]string{"ID": "id", "DataDir": "data-dir", "PeerAddr": "peer-addr"}
 
-// flagError says a member configuration error in the terms of the flags:
-// the member checks its configuration, the command names the flag.
-func flagError(err error) error {
+// settingError says a member configuration error in the terms the admin
+// set it in: the member checks its configuration, the command names the
+// setting. With a config file (that of coordrun-server.service, say) the
+// missing setting is named as its key in that file, else as the flag;
+// both forms name the others.
+func settingError(err error, configFile string) error {
 	var ce *ensemble.ConfigError
 	if errors.As(err, &ce) && errors.Is(err, ensemble.ErrRequired) {
-		if flag, ok := requiredFlags[ce.Field]; ok {
-			return fmt.Errorf("%s is required (or --dev)", flag)
+		if key, ok := requiredKeys[ce.Field]; ok {
+			env := "COORDRUN_" + strings.ToUpper(strings.ReplaceAll(key, "-", "_"))
+			if configFile != "" {
+				return fmt.Errorf("config key %s is not set in %s (or --%s, %s)", key, configFile, key, env)
+			}
+			return fmt.Errorf("--%s is required (or config key %s, %s; or --dev)", key, key, env)
 		}
 	}
 	return err

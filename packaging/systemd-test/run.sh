@@ -24,7 +24,7 @@ CACHE=${XDG_CACHE_HOME:-$HOME/.cache}/coordrun/systemd-root
 WATCHDOG=${SYSTEMD_TEST_WATCHDOG:-4}
 QUIET=${SYSTEMD_TEST_QUIET:-40}
 
-SCENARIOS=(serve no-hosts)
+SCENARIOS=(serve no-hosts unconfigured)
 
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 t0=$SECONDS
@@ -317,6 +317,35 @@ scenario_no_hosts() {
   show "SIGSTOP $pid: watchdog timeout, active again as pid $(prop coordrun-server MainPID) after $((SECONDS - start))s"
   ct rm -r /run/systemd/system/coordrun-server.service.d
   ct systemctl daemon-reload
+}
+
+# unconfigured: enable --now with the config as shipped (no id) fails the
+# start once and stays failed (exit 64 is not restarted), with a message
+# in terms of the config file's key.
+scenario_unconfigured() {
+  ct systemctl stop coordrun-server
+  ct systemctl reset-failed coordrun-server 2>/dev/null || true
+  ct cp /root/coordrun.yaml.shipped /etc/coordrun/coordrun.yaml
+  mark
+  local rc=0
+  ct systemctl enable --now coordrun-server >/dev/null 2>&1 || rc=$?
+  [ $rc -ne 0 ] || fail "systemctl enable --now succeeded with an unconfigured member"
+  show "systemctl enable --now: exit $rc"
+  # Restarts would come RestartSec (2s) apart; three of them is long enough.
+  local end=$((SECONDS + 7))
+  while [ $SECONDS -lt $end ] && [ "$(prop coordrun-server NRestarts)" = 0 ]; do
+    sleep 1
+  done
+  local st n code
+  st=$(prop coordrun-server ActiveState)
+  n=$(prop coordrun-server NRestarts)
+  code=$(prop coordrun-server ExecMainStatus)
+  show "after 7s: $st, NRestarts $n, exit status $code"
+  show "journal:" "$(journal coordrun-server | grep -v '^$' | head -n 8)"
+  [ "$st" = failed ] || fail "unconfigured coordrun-server is $st, want failed"
+  [ "$n" = 0 ] || fail "unconfigured coordrun-server was restarted $n times"
+  [ "$code" = 64 ] || fail "unconfigured coordrun-server exited $code, want 64"
+  journal_has coordrun-server 'config key id\b' || fail "the journal does not name the config key id"
 }
 
 for s in "${SCENARIOS[@]}"; do
