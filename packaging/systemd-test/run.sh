@@ -24,7 +24,7 @@ CACHE=${XDG_CACHE_HOME:-$HOME/.cache}/coordrun/systemd-root
 WATCHDOG=${SYSTEMD_TEST_WATCHDOG:-4}
 QUIET=${SYSTEMD_TEST_QUIET:-40}
 
-SCENARIOS=(serve no-hosts unconfigured)
+SCENARIOS=(serve no-hosts unconfigured purge)
 
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 t0=$SECONDS
@@ -346,6 +346,39 @@ scenario_unconfigured() {
   [ "$n" = 0 ] || fail "unconfigured coordrun-server was restarted $n times"
   [ "$code" = 64 ] || fail "unconfigured coordrun-server exited $code, want 64"
   journal_has coordrun-server 'config key id\b' || fail "the journal does not name the config key id"
+}
+
+# purge: with the member and a cron instance enabled and running, dpkg
+# --purge leaves no coordrun process, unit link, binary or /etc/coordrun.
+scenario_purge() {
+  member_config
+  hosts_file
+  ct systemctl reset-failed coordrun-server 2>/dev/null || true
+  ct systemctl enable --now coordrun-server >/dev/null 2>&1 || fail "systemctl enable --now coordrun-server"
+  ct tee /etc/coordrun/cron/demo.yaml >/dev/null <<'YAML'
+jobs:
+  - name: tick
+    schedule: "@every 5s"
+    command: /bin/true
+YAML
+  ct systemctl enable --now coordrun-cron@demo >/dev/null 2>&1 || fail "systemctl enable --now coordrun-cron@demo"
+  show "before: $(ct pgrep -c -x coordrun) coordrun processes; links: $(ct find /etc/systemd/system -name 'coordrun*' | tr '\n' ' ')"
+  local out rc=0
+  out=$(ct dpkg --purge coordrun 2>&1) || rc=$?
+  show "dpkg --purge: exit $rc" "$out"
+  [ $rc = 0 ] || fail "dpkg --purge: exit $rc"
+  local procs links left units
+  procs=$(ct pgrep -a -x coordrun || true)
+  links=$(ct find /etc/systemd /run/systemd/system -name 'coordrun*' 2>/dev/null || true)
+  left=$(ct sh -c 'ls -d /usr/bin/coordrun /etc/coordrun /usr/lib/systemd/system/coordrun* 2>/dev/null' || true)
+  units=$(ct systemctl list-units --all --plain --no-legend 'coordrun*')
+  show "after: processes: ${procs:-none}; unit links: ${links:-none}; files: ${left:-none}; units systemd knows: ${units:-none}"
+  [ -z "$procs" ] || fail "coordrun processes left after purge: $procs"
+  [ -z "$links" ] || fail "unit links left after purge: $links"
+  [ -z "$left" ] || fail "files left after purge: $left"
+  [ -z "$units" ] || fail "systemd still knows coordrun units after purge: $units"
+  grep -q 'not removed' <<<"$out" && fail "dpkg --purge left something: $(grep 'not removed' <<<"$out")"
+  return 0
 }
 
 for s in "${SCENARIOS[@]}"; do
