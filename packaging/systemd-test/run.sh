@@ -114,6 +114,7 @@ cleanup() {
   exit $rc
 }
 trap cleanup EXIT
+trap 'exit 130' INT TERM # through cleanup: the container is shut down
 
 # --- The package --------------------------------------------------------------
 
@@ -224,6 +225,11 @@ journal_has() {
   lines=$(journal "$1")
   grep -q -E -e "$2" <<<"$lines"
 }
+# since NANOSECONDS: the seconds since a date +%s%N, to the millisecond.
+since() {
+  local ms=$((($(date +%s%N) - $1) / 1000000))
+  printf '%d.%03d' $((ms / 1000)) $((ms % 1000))
+}
 show() { printf '%s\n' "$@" | sed 's/^/   /'; }
 
 member_config() {
@@ -250,9 +256,10 @@ scenario_serve() {
   hosts_file
   member_config
   mark
-  local start=$SECONDS
+  local start
+  start=$(date +%s%N)
   ct systemctl start coordrun-server || fail "systemctl start coordrun-server: exit $?"
-  show "systemctl start returned 0 after $((SECONDS - start))s; $(prop coordrun-server ActiveState)/$(prop coordrun-server SubState), status: $(prop coordrun-server StatusText)"
+  show "systemctl start returned 0 after $(since "$start")s; $(prop coordrun-server ActiveState)/$(prop coordrun-server SubState), status: $(prop coordrun-server StatusText)"
   local ruok ready status
   ruok=$(word ruok)
   [ "$ruok" = imok ] || fail "ruok right after start answered '$ruok'"
@@ -265,7 +272,7 @@ scenario_serve() {
   local pid restarts
   pid=$(prop coordrun-server MainPID)
   restarts=$(prop coordrun-server NRestarts)
-  start=$SECONDS
+  start=$(date +%s%N)
   ct kill -9 "$pid"
   restarted() {
     local p
@@ -274,7 +281,7 @@ scenario_serve() {
   }
   until_ok 30 "coordrun-server restarted after kill -9 of $pid" restarted
   [ "$(prop coordrun-server NRestarts)" = $((restarts + 1)) ] || fail "NRestarts $(prop coordrun-server NRestarts) after one kill, was $restarts"
-  show "kill -9 $pid: active again as pid $(prop coordrun-server MainPID) after $((SECONDS - start))s, NRestarts $(prop coordrun-server NRestarts)"
+  show "kill -9 $pid: active again as pid $(prop coordrun-server MainPID) after $(since "$start")s, NRestarts $(prop coordrun-server NRestarts)"
   journal_has coordrun-server 'status=9/KILL' || fail "the journal does not show the SIGKILL"
   [ "$(word ruok)" = imok ] || fail "ruok after the restart"
 }
@@ -309,12 +316,13 @@ scenario_no_hosts() {
   journal_has coordrun-server 'systemd watchdog enabled' || fail "the member did not see the watchdog"
   show "over ${QUIET}s ($((QUIET / WATCHDOG)) watchdog intervals): pid unchanged, NRestarts $(prop coordrun-server NRestarts), 0 liveness check failures"
 
-  local start=$SECONDS
+  local start
+  start=$(date +%s%N)
   ct kill -STOP "$pid"
   aborted() { [ "$(prop coordrun-server NRestarts)" -gt "$restarts" ] && [ "$(prop coordrun-server ActiveState)" = active ]; }
   until_ok $((WATCHDOG * 3 + 10)) "the watchdog restarting the stopped member" aborted
   journal_has coordrun-server 'Watchdog timeout' || fail "restarted, but the journal shows no watchdog timeout"
-  show "SIGSTOP $pid: watchdog timeout, active again as pid $(prop coordrun-server MainPID) after $((SECONDS - start))s"
+  show "SIGSTOP $pid: watchdog timeout, active again as pid $(prop coordrun-server MainPID) after $(since "$start")s"
   ct rm -r /run/systemd/system/coordrun-server.service.d
   ct systemctl daemon-reload
 }
