@@ -87,16 +87,44 @@ func RunCron(ctx context.Context, o CronOptions) (int, error) {
 		o.Log = slog.New(slog.DiscardHandler)
 	}
 	log := o.Log
-	s, err := dial(ctx, o.ConnOptions, o.KillGrace, log)
+	// Until the jobs are scheduled, a terminating signal ends the start:
+	// connecting and registering give up at once rather than run on to
+	// their own timeouts (or, with the ensemble gone, until systemd's
+	// SIGKILL), and coordrun exits as after any stop.
+	setup, endSetup := context.WithCancel(ctx)
+	defer endSetup()
+	early := make(chan os.Signal, 1)
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		for {
+			select {
+			case sig := <-o.Signals:
+				if ss, ok := sig.(syscall.Signal); ok && isStopSignal(ss) {
+					early <- sig
+					endSetup()
+					return
+				}
+				// USR1, USR2: no job runs yet to forward them to.
+			case <-setup.Done():
+				return
+			}
+		}
+	}()
+	s, h, err := startCron(setup, o, log)
+	endSetup()
+	<-watched
+	if s != nil {
+		defer s.close()
+	}
+	select {
+	case sig := <-early:
+		log.Info("stopping before the first firing", "signal", sig.String())
+		return ExitOK, nil
+	default:
+	}
 	if err != nil {
 		return ExitUsage, err
-	}
-	defer s.close()
-	h := &cronHost{s: s, o: o, sigs: map[chan os.Signal]struct{}{}}
-	for _, j := range o.Jobs {
-		if err := h.register(ctx, j); err != nil {
-			return ExitUsage, err
-		}
 	}
 	sctx, stop := context.WithCancel(ctx)
 	defer stop()
@@ -136,6 +164,22 @@ func RunCron(ctx context.Context, o CronOptions) (int, error) {
 		code, runErr = ExitSessionLost, errors.New("session lost; a running job was killed")
 	}
 	return code, runErr
+}
+
+// startCron connects and registers every job and this host; the session,
+// when made, is returned also with an error, for the caller to close.
+func startCron(ctx context.Context, o CronOptions, log *slog.Logger) (*session, *cronHost, error) {
+	s, err := dial(ctx, o.ConnOptions, o.KillGrace, log)
+	if err != nil {
+		return nil, nil, err
+	}
+	h := &cronHost{s: s, o: o, sigs: map[chan os.Signal]struct{}{}}
+	for _, j := range o.Jobs {
+		if err := h.register(ctx, j); err != nil {
+			return s, nil, err
+		}
+	}
+	return s, h, nil
 }
 
 // cronHost is one host's cron process. Its firings run concurrently, one
