@@ -24,7 +24,7 @@ CACHE=${XDG_CACHE_HOME:-$HOME/.cache}/coordrun/systemd-root
 WATCHDOG=${SYSTEMD_TEST_WATCHDOG:-4}
 QUIET=${SYSTEMD_TEST_QUIET:-40}
 
-SCENARIOS=(serve no-hosts unconfigured purge)
+SCENARIOS=(serve no-hosts unconfigured cron-stop purge)
 
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 t0=$SECONDS
@@ -354,6 +354,45 @@ scenario_unconfigured() {
   [ "$n" = 0 ] || fail "unconfigured coordrun-server was restarted $n times"
   [ "$code" = 64 ] || fail "unconfigured coordrun-server exited $code, want 64"
   journal_has coordrun-server 'config key id\b' || fail "the journal does not name the config key id"
+}
+
+# cron-stop: a coordrun-cron@ instance stopped right after its start,
+# with its member gone meanwhile (as dpkg's removal does, or a shutdown),
+# stops at once and ends inactive, not failed. Each round starts the
+# member, starts the instance, stops the member, then the instance; the
+# moment of the stop within the instance's start varies between rounds.
+# A drop-in shortens TimeoutStopSec (2min shipped) so that a hang fails
+# in 20s.
+scenario_cron_stop() {
+  member_config
+  hosts_file
+  ct tee /etc/coordrun/cron/demo.yaml >/dev/null <<'YAML'
+jobs:
+  - name: tick
+    schedule: "@every 5s"
+    command: /bin/true
+YAML
+  ct mkdir -p /run/systemd/system/coordrun-cron@.service.d
+  printf '[Service]\nTimeoutStopSec=20s\n' | ct tee /run/systemd/system/coordrun-cron@.service.d/stop.conf >/dev/null
+  ct systemctl daemon-reload
+  ct systemctl reset-failed
+  local i t result took early=0 rounds=10
+  for ((i = 1; i <= rounds; i++)); do
+    ct systemctl start coordrun-server || fail "round $i: systemctl start coordrun-server"
+    mark
+    ct systemctl start coordrun-cron@demo || fail "round $i: systemctl start coordrun-cron@demo"
+    ct systemctl stop coordrun-server
+    t=$(date +%s%N)
+    ct systemctl stop coordrun-cron@demo
+    took=$(since "$t")
+    result=$(prop coordrun-cron@demo Result)
+    journal_has coordrun-cron@demo 'stopping before the first firing' && early=$((early + 1))
+    [ "$result" = success ] || fail "round $i: coordrun-cron@demo stopped with result $result after ${took}s, exit status $(prop coordrun-cron@demo ExecMainStatus)"
+    [ "${took%.*}" -lt 5 ] || fail "round $i: stopping coordrun-cron@demo took ${took}s"
+  done
+  show "$rounds rounds: every stop ended success within 5s; $early of them before the first firing"
+  ct rm -r /run/systemd/system/coordrun-cron@.service.d
+  ct systemctl daemon-reload
 }
 
 # purge: with the member and a cron instance enabled and running, dpkg
