@@ -319,8 +319,10 @@ func (h *cronHost) record(ctx context.Context, node string, rec *FiringRecord) i
 // client deletes or changes them, the run is stopped.
 func (h *cronHost) runFiring(ctx context.Context, j *CronJob, node string, rec *FiringRecord) {
 	log := h.s.log
-	// Records must be written even while shutting down.
-	wctx := context.WithoutCancel(ctx)
+	// Records must be written even while shutting down, as long as the
+	// session may live.
+	wctx, endWrites := h.s.afterStop(ctx)
+	defer endWrites()
 	e, err := h.s.enter(wctx, h.paths(j).lock(), j.Argv)
 	if err != nil {
 		rec.State, rec.Reason = FiringLost, err.Error()

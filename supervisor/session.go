@@ -88,6 +88,20 @@ func (s *session) releaseDeadline() time.Time {
 	return later(s.c.Lease(), time.Now()).Add(s.c.SessionTimeout())
 }
 
+// afterStop is the context of the writes that must outlive a stop (a
+// firing's records, its lock's queue): not cancelled with ctx, but once
+// ctx ends it lasts only until releaseDeadline, while the session may
+// still live, so that a member gone for good cannot hold a stopping
+// process until systemd's SIGKILL.
+func (s *session) afterStop(ctx context.Context) (context.Context, context.CancelFunc) {
+	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	stopWatch := context.AfterFunc(ctx, func() {
+		t := time.AfterFunc(time.Until(s.releaseDeadline()), cancel)
+		context.AfterFunc(wctx, func() { t.Stop() })
+	})
+	return wctx, func() { stopWatch(); cancel() }
+}
+
 func later(a, b time.Time) time.Time {
 	if a.After(b) {
 		return a
