@@ -89,8 +89,7 @@ func RunCron(ctx context.Context, o CronOptions) (int, error) {
 	log := o.Log
 	// Until the jobs are scheduled, a terminating signal ends the start:
 	// connecting and registering give up at once rather than run on to
-	// their own timeouts (or, with the ensemble gone, until systemd's
-	// SIGKILL), and coordrun exits as after any stop.
+	// their own timeouts, and coordrun exits as after any stop.
 	setup, endSetup := context.WithCancel(ctx)
 	defer endSetup()
 	early := make(chan os.Signal, 1)

@@ -15,8 +15,7 @@ import (
 // session is still being made (no member answers) ends RunCron at once
 // with exit 0, as a stop does once the jobs are scheduled, rather than
 // after the connect timeout with exit 64 (under systemd: a stopped unit
-// that ends failed, or one SIGKILLed after TimeoutStopSec when the member
-// went away during the start).
+// that ends failed).
 func TestCronStopWhileConnecting(t *testing.T) {
 	sigs := make(chan os.Signal, 1)
 	sigs <- syscall.SIGTERM
