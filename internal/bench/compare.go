@@ -87,7 +87,8 @@ func parseWorkloads(s string) (map[string]bool, error) {
 			continue
 		}
 		if !slices.Contains(workloadGroups["all"], w) && !slices.Contains(workloadGroups["scale"], w) {
-			return nil, fmt.Errorf("unknown workload %q (want %s, sessions, fanout, or kv, lock, scale, all)", w, strings.Join(workloadGroups["all"], ", "))
+			return nil, fmt.Errorf("unknown workload %q (want %s, %s, or kv, lock, scale, all)", w,
+				strings.Join(workloadGroups["all"], ", "), strings.Join(workloadGroups["scale"], ", "))
 		}
 		out[w] = true
 	}

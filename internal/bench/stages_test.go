@@ -2,6 +2,7 @@ package main
 
 import (
 	"math"
+	"strings"
 	"testing"
 )
 
@@ -49,5 +50,24 @@ func TestStageRows(t *testing.T) {
 	}
 	if stageRows(before, nil) != nil {
 		t.Error("no rows without a second scrape")
+	}
+}
+
+func TestParseWorkloads(t *testing.T) {
+	w, err := parseWorkloads("scale,write")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"sessions", "storm", "fanout", "tree", "write"} {
+		if !w[name] {
+			t.Errorf("scale,write lacks %s: %v", name, w)
+		}
+	}
+	if w["read"] {
+		t.Errorf("scale,write includes read: %v", w)
+	}
+	_, err = parseWorkloads("storms")
+	if err == nil || !strings.Contains(err.Error(), "storm, fanout, tree") {
+		t.Errorf("unknown workload: %v", err)
 	}
 }
