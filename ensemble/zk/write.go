@@ -16,9 +16,9 @@ type Plan struct {
 	// consulted; OK otherwise.
 	Early wire.Code
 
-	op    int32
-	types []int32 // multi: the opcode of each op, in order
-	earlyAt int // multi: the op Early belongs to
+	op      int32
+	types   []int32 // multi: the opcode of each op, in order
+	earlyAt int     // multi: the op Early belongs to
 }
 
 // PlanWrite validates a write request of session s and turns it into a
