@@ -123,9 +123,13 @@ func (f *fsm) ApplyBatch(logs []*raft.Log) []interface{} {
 	f.mu.Unlock()
 	if last != 0 {
 		f.advanced.notify()
-		if f.afterBatch != nil {
-			f.afterBatch(lastIndex, lastTerm)
-		}
+	}
+	// Also after a batch whose commands took no zxid (the empty group
+	// that switches to grouped zxids): the commit pusher must hear of
+	// every applied command, or followers would wait for raft's commit
+	// timer to learn of the writes committed before it.
+	if lastIndex != 0 && f.afterBatch != nil {
+		f.afterBatch(lastIndex, lastTerm)
 	}
 	return out
 }

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -138,11 +139,18 @@ func TestFSMGroupZxids(t *testing.T) {
 		t.Errorf("after restore: zxid %#x, want %#x", r.zxid, 7<<zxidShift)
 	}
 
-	// An empty group switches the mode and takes no zxid.
+	// An empty group switches the mode and takes no zxid, and its batch
+	// still reaches afterBatch (the commit pusher).
 	e := newFSM()
-	e.ApplyBatch([]*raft.Log{{Index: 4, Type: raft.LogCommand, Data: createTxn(t, "/x")}, {Index: 5, Type: raft.LogCommand, Data: encodeGroup(nil)}})
+	var pushed []uint64
+	e.afterBatch = func(index, _ uint64) { pushed = append(pushed, index) }
+	e.ApplyBatch([]*raft.Log{{Index: 4, Type: raft.LogCommand, Data: createTxn(t, "/x")}})
+	e.ApplyBatch([]*raft.Log{{Index: 5, Type: raft.LogCommand, Data: encodeGroup(nil)}})
 	if !e.grouped.Load() || e.lastZxid() != 4 {
 		t.Errorf("empty group: grouped %v zxid %#x, want grouped at 4", e.grouped.Load(), e.lastZxid())
+	}
+	if !slices.Equal(pushed, []uint64{4, 5}) {
+		t.Errorf("afterBatch saw %v, want [4 5]", pushed)
 	}
 
 	// A group that cannot be decoded is skipped alike everywhere, and
