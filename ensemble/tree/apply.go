@@ -26,20 +26,41 @@ const (
 func (m Mode) sequential() bool { return m == ModePersistentSequential || m == ModeEphemeralSequential }
 func (m Mode) ephemeral() bool  { return m == ModeEphemeral || m == ModeEphemeralSequential }
 
-// CheckCreate makes the checks of a create that depend on the request
-// alone, in ZooKeeper's precedence: the mode (TTL modes are
-// ErrUnimplemented, unknown ones bad arguments), then the path. Apply makes
-// them first when it creates; a server makes them before proposing, with
-// the same outcome, to answer a hopeless create without a round through the
-// log.
-func CheckCreate(mode Mode, path string) error {
-	switch {
-	case mode == ModePersistentTTL || mode == ModePersistentSequentialTTL:
-		return ErrUnimplemented
-	case mode < ModePersistent || mode > ModeContainer:
-		return fmt.Errorf("%w: unknown create mode %d", ErrBadArguments, mode)
+// Precheck returns the error op fails with before the tree is consulted,
+// in ZooKeeper's order (PrepRequestProcessor): for a create its mode (TTL
+// modes are ErrUnimplemented, unknown ones bad arguments) and the path's
+// shape (a slash, no NUL; the whole path is validated only after the
+// parent has been looked up, since a sequence number is appended first),
+// for a delete the path's shape and the special nodes, for the others the
+// whole path; an OpFail fails with its Fail. Apply makes these checks
+// first. A server makes them before proposing a lone op, to answer a
+// hopeless one without a round through the log; in a multi it leaves them
+// to Apply, because an earlier op that fails on the tree's state is the
+// one reported.
+func Precheck(op *Op) error {
+	switch op.Kind {
+	case OpCreate:
+		switch {
+		case op.Mode == ModePersistentTTL || op.Mode == ModePersistentSequentialTTL:
+			return ErrUnimplemented
+		case op.Mode < ModePersistent || op.Mode > ModeContainer:
+			return fmt.Errorf("%w: unknown create mode %d", ErrBadArguments, op.Mode)
+		}
+		if _, ok := parentOf(op.Path); !ok {
+			return pathError(op.Path, "no parent")
+		}
+	case OpDelete:
+		if _, ok := parentOf(op.Path); !ok || isSpecialPath(op.Path) {
+			return fmt.Errorf("%w: %q cannot be deleted", ErrBadArguments, op.Path)
+		}
+	case OpSetData, OpSetACL, OpCheck:
+		return validatePath(op.Path)
+	case OpFail:
+		return op.Fail.Err()
+	default:
+		return fmt.Errorf("%w: unknown op kind %d", ErrBadArguments, op.Kind)
 	}
-	return ValidatePath(path, mode.sequential())
+	return nil
 }
 
 // OpKind selects what an Op does.
@@ -52,12 +73,42 @@ const (
 	OpSetData
 	OpSetACL
 	OpCheck
+	// OpFail stands for an op of a multi that the server refused on terms
+	// of its own before the tree was consulted (a TTL create while TTL
+	// nodes are off, flags ZooKeeper does not define, an op that cannot be
+	// read). It fails with Fail when the multi reaches it: ZooKeeper
+	// evaluates a multi's ops in order, so an earlier op that fails on the
+	// tree's state is the one reported.
+	OpFail
 )
+
+// Failure is why an OpFail fails. The values are part of the log format.
+type Failure uint8
+
+// Failures.
+const (
+	FailBadArguments  Failure = 1
+	FailUnimplemented Failure = 2
+	// FailUnreadable fails the whole request as one ZooKeeper could not
+	// read (MARSHALLINGERROR), rather than at the op.
+	FailUnreadable Failure = 3
+)
+
+// Err is the error an op failing for f reports.
+func (f Failure) Err() error {
+	switch f {
+	case FailUnimplemented:
+		return ErrUnimplemented
+	case FailUnreadable:
+		return ErrUnreadable
+	}
+	return ErrBadArguments
+}
 
 // Op is one write, or a check, within a transaction. Which fields matter
 // depends on Kind: Data for create and setData, ACL for create and setACL,
 // Mode for create, Version (-1 for any) for delete, setData, setACL (against
-// Aversion) and check.
+// Aversion) and check, Fail for OpFail.
 type Op struct {
 	Kind    OpKind
 	Path    string
@@ -65,6 +116,7 @@ type Op struct {
 	ACL     []ACL
 	Mode    Mode
 	Version int32
+	Fail    Failure
 }
 
 // TxnKind selects what a Txn does.
@@ -290,14 +342,17 @@ func (t *Tree) applyOp(txn *Txn, op *Op, r *OpResult, zxid int64, events []Event
 	case OpCheck:
 		return events, t.check(txn, op)
 	}
-	return events, fmt.Errorf("%w: unknown op kind %d", ErrBadArguments, op.Kind)
+	return events, Precheck(op)
 }
 
 // create follows PrepRequestProcessor.pRequest2TxnCreate. Error precedence:
-// mode, path, session, ACL list, parent, CREATE permission, existence,
-// ephemeral parent.
+// mode, the path's shape (Precheck), session, ACL list, parent, CREATE
+// permission, the whole path with any sequence suffix, existence,
+// ephemeral parent. The parent is what precedes the last slash, so a path
+// ZooKeeper would not create may still fail on its parent first (e.g.
+// "/a/.." with /a missing is NoNode).
 func (t *Tree) create(txn *Txn, op *Op, r *OpResult, zxid int64, events []Event) ([]Event, error) {
-	if err := CheckCreate(op.Mode, op.Path); err != nil {
+	if err := Precheck(op); err != nil {
 		return events, err
 	}
 	seq := op.Mode.sequential()
@@ -315,14 +370,9 @@ func (t *Tree) create(txn *Txn, op *Op, r *OpResult, zxid int64, events []Event)
 	if err != nil {
 		return events, err
 	}
-	var parentPath string
-	if op.Path == rootPath {
-		// ZooKeeper takes the parent of "/" to be the root itself, so the
-		// create fails with NodeExists (or, sequentially, makes a child).
-		parentPath = rootPath
-	} else {
-		parentPath, _ = splitPath(op.Path)
-	}
+	// ZooKeeper takes the parent of "/" to be the root itself, so that
+	// create fails with NodeExists (or, sequentially, makes a child).
+	parentPath, _ := parentOf(op.Path)
 	parent := t.nodes[parentPath]
 	if parent == nil {
 		return events, ErrNoNode
@@ -333,6 +383,9 @@ func (t *Tree) create(txn *Txn, op *Op, r *OpResult, zxid int64, events []Event)
 	path := op.Path
 	if seq {
 		path = fmt.Sprintf("%s%010d", path, parent.stat.Cversion)
+	}
+	if err := validatePath(path); err != nil {
+		return events, err
 	}
 	if t.nodes[path] != nil {
 		return events, ErrNodeExists
@@ -372,16 +425,14 @@ func (t *Tree) create(txn *Txn, op *Op, r *OpResult, zxid int64, events []Event)
 }
 
 // delete follows PrepRequestProcessor's delete case. Error precedence:
-// special or invalid path, parent, DELETE permission on the parent, node,
-// version, children.
+// the path's shape and the special nodes (Precheck), parent, DELETE
+// permission on the parent, node, version, children. As in ZooKeeper the
+// path is never validated as a whole: one no node could have is NoNode.
 func (t *Tree) delete(txn *Txn, op *Op, zxid int64, events []Event) ([]Event, error) {
-	if isSpecialPath(op.Path) {
-		return events, fmt.Errorf("%w: %s cannot be deleted", ErrBadArguments, op.Path)
-	}
-	if err := validatePath(op.Path); err != nil {
+	if err := Precheck(op); err != nil {
 		return events, err
 	}
-	parentPath, name := splitPath(op.Path)
+	parentPath, _ := parentOf(op.Path)
 	parent := t.nodes[parentPath]
 	if parent == nil {
 		return events, ErrNoNode
@@ -399,6 +450,7 @@ func (t *Tree) delete(txn *Txn, op *Op, zxid int64, events []Event) ([]Event, er
 	if n.stat.NumChildren > 0 {
 		return events, ErrNotEmpty
 	}
+	_, name := splitPath(op.Path)
 	return t.deleteNode(op.Path, parent, parentPath, name, n, zxid, events), nil
 }
 
@@ -447,7 +499,7 @@ func (t *Tree) cleanContainers(zxid int64, events []Event) []Event {
 // setData follows PrepRequestProcessor's setData case: node, WRITE
 // permission, version.
 func (t *Tree) setData(txn *Txn, op *Op, r *OpResult, zxid int64, events []Event) ([]Event, error) {
-	if err := validatePath(op.Path); err != nil {
+	if err := Precheck(op); err != nil {
 		return events, err
 	}
 	n := t.nodes[op.Path]
@@ -479,7 +531,7 @@ func (t *Tree) setData(txn *Txn, op *Op, r *OpResult, zxid int64, events []Event
 // checked before the node is looked up: ACL list, node, ADMIN permission,
 // aversion.
 func (t *Tree) setACL(txn *Txn, op *Op, r *OpResult) error {
-	if err := validatePath(op.Path); err != nil {
+	if err := Precheck(op); err != nil {
 		return err
 	}
 	acl, err := fixupACLSchemes(op.ACL, txn.Auth, !txn.preX509)
@@ -512,7 +564,7 @@ func (t *Tree) setACL(txn *Txn, op *Op, r *OpResult) error {
 // check follows PrepRequestProcessor's check case: node, READ permission,
 // version.
 func (t *Tree) check(txn *Txn, op *Op) error {
-	if err := validatePath(op.Path); err != nil {
+	if err := Precheck(op); err != nil {
 		return err
 	}
 	return t.CheckVersion(op.Path, op.Version, txn.Auth)

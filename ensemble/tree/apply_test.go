@@ -82,8 +82,16 @@ func TestOpErrors(t *testing.T) {
 		{name: "create missing parent beats permission", op: createOp("/x/y", "", 0), auth: noAuth, want: ErrNoNode},
 		{name: "create permission beats exists", setup: []Op{createACL("/p", readOnly), createOp("/p/c", "", 0)},
 			op: createOp("/p/c", "", 0), want: ErrNoAuth},
-		{name: "create bad path", op: createOp("/a/", "", 0), want: ErrBadArguments},
-		{name: "create relative path", op: createOp("/a/..", "", 0), want: ErrBadArguments},
+		// ZooKeeper validates the whole path only after the parent (what
+		// precedes the last slash) and the CREATE permission on it.
+		{name: "create bad path", setup: []Op{createOp("/a", "", 0)}, op: createOp("/a/", "", 0), want: ErrBadArguments},
+		{name: "create relative path", setup: []Op{createOp("/a", "", 0)}, op: createOp("/a/..", "", 0), want: ErrBadArguments},
+		{name: "create bad path, parent missing", op: createOp("/a/..", "", 0), want: ErrNoNode},
+		{name: "create relative path, parent missing", op: createOp("a/b", "", 0), want: ErrNoNode},
+		{name: "create bad path, no CREATE on parent", setup: []Op{createACL("/p", allButCreate)}, op: createOp("/p/", "", 0), want: ErrNoAuth},
+		{name: "create bad path, invalid ACL", setup: []Op{createOp("/a", "", 0)}, op: Op{Kind: OpCreate, Path: "/a/."}, want: ErrInvalidACL},
+		{name: "create without a slash", op: createOp("a", "", 0), want: ErrBadArguments},
+		{name: "create with a NUL", op: createOp("/a\x00", "", 0), want: ErrBadArguments},
 		{name: "create TTL", op: createOp("/a", "", 5), want: ErrUnimplemented},
 		{name: "create TTL sequential", op: createOp("/a", "", 6), want: ErrUnimplemented},
 		{name: "create unknown mode", op: createOp("/a", "", 7), want: ErrBadArguments},
@@ -108,6 +116,11 @@ func TestOpErrors(t *testing.T) {
 		{name: "delete /zookeeper/quota", op: deleteOp("/zookeeper/quota", -1), want: ErrBadArguments},
 		{name: "delete /zookeeper/config", op: deleteOp("/zookeeper/config", -1), want: ErrBadArguments},
 		{name: "delete bad path", op: deleteOp("a", -1), want: ErrBadArguments},
+		{name: "delete with a NUL", op: deleteOp("/a\x00", -1), want: ErrBadArguments},
+		// A delete's path is never validated as a whole, as in ZooKeeper.
+		{name: "delete trailing slash", setup: []Op{createOp("/a", "", 0)}, op: deleteOp("/a/", -1), want: ErrNoNode},
+		{name: "delete trailing slash, no DELETE on parent", setup: []Op{createACL("/p", allButDelete)}, op: deleteOp("/p/", -1), want: ErrNoAuth},
+		{name: "delete relative path", op: deleteOp("a/b", -1), want: ErrNoNode},
 
 		// setData
 		{name: "setData ok", setup: []Op{createOp("/a", "", 0)}, op: setDataOp("/a", "x", 0)},
@@ -135,6 +148,7 @@ func TestOpErrors(t *testing.T) {
 		{name: "check no READ", setup: []Op{createACL("/a", allButRead)}, op: checkOp("/a", 0), want: ErrNoAuth},
 
 		{name: "unknown op", op: Op{Kind: 99, Path: "/a"}, want: ErrBadArguments},
+		{name: "refused op", op: Op{Kind: OpFail, Path: "/a", Fail: FailUnimplemented}, want: ErrUnimplemented},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

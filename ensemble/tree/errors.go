@@ -33,4 +33,7 @@ var (
 	// ErrUnimplemented: a request ZooKeeper 3.8 refuses by default, such as
 	// TTL create modes.
 	ErrUnimplemented = errors.New("unimplemented")
+	// ErrUnreadable fails a multi as a whole where ZooKeeper 3.8 fails to
+	// process it (MARSHALLINGERROR): a plain create with a TTL mode.
+	ErrUnreadable = errors.New("request could not be processed")
 )

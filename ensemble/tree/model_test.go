@@ -180,10 +180,12 @@ func (m *model) op(op Op, sess int64, who int, zxid, now int64) (string, error) 
 		if op.Mode < 0 || op.Mode > 4 {
 			return "", ErrBadArguments
 		}
-		seq := op.Mode == ModePersistentSequential || op.Mode == ModeEphemeralSequential
-		if ValidatePath(op.Path, seq) != nil {
+		// ZooKeeper's order: the path's shape now, the whole path once
+		// the parent has been looked up.
+		if !strings.Contains(op.Path, "/") || strings.Contains(op.Path, "\x00") {
 			return "", ErrBadArguments
 		}
+		seq := op.Mode == ModePersistentSequential || op.Mode == ModeEphemeralSequential
 		var owner int64
 		switch op.Mode {
 		case ModeEphemeral, ModeEphemeralSequential:
@@ -213,6 +215,9 @@ func (m *model) op(op Op, sess int64, who int, zxid, now int64) (string, error) 
 		if seq {
 			path += fmt.Sprintf("%010d", parent.cversion)
 		}
+		if ValidatePath(path, false) != nil {
+			return "", ErrBadArguments
+		}
 		if m.nodes[path] != nil {
 			return "", ErrNodeExists
 		}
@@ -228,6 +233,9 @@ func (m *model) op(op Op, sess int64, who int, zxid, now int64) (string, error) 
 	case OpDelete:
 		switch op.Path {
 		case "/", "/zookeeper", "/zookeeper/quota", "/zookeeper/config":
+			return "", ErrBadArguments
+		}
+		if !strings.Contains(op.Path, "/") || strings.Contains(op.Path, "\x00") {
 			return "", ErrBadArguments
 		}
 		parent := m.nodes[mparent(op.Path)]

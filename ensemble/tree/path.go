@@ -2,6 +2,7 @@ package tree
 
 import (
 	"fmt"
+	"strings"
 	"unicode/utf8"
 )
 
@@ -96,6 +97,22 @@ func splitPath(p string) (parent, name string) {
 		return rootPath, p[1:]
 	}
 	return p[:i], p[i+1:]
+}
+
+// parentOf is ZooKeeper's parent of a path that may not be valid: what
+// precedes its last slash, the root for a top-level path and for "/"
+// itself (ZooKeeper's DataTree keeps the root under "" as well). ok is
+// false where ZooKeeper refuses the path before any lookup: no slash, or a
+// NUL.
+func parentOf(p string) (parent string, ok bool) {
+	i := strings.LastIndexByte(p, '/')
+	if i < 0 || strings.IndexByte(p, 0) >= 0 {
+		return "", false
+	}
+	if i == 0 {
+		return rootPath, true
+	}
+	return p[:i], true
 }
 
 // joinPath is the inverse of splitPath.

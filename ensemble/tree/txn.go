@@ -67,6 +67,8 @@ func (t *Txn) MarshalBinary() ([]byte, error) {
 			case OpSetACL:
 				b = appendACLs(b, op.ACL)
 				b = binary.AppendVarint(b, int64(op.Version))
+			case OpFail:
+				b = append(b, byte(op.Fail))
 			default:
 				return nil, fmt.Errorf("tree: cannot encode op kind %d", op.Kind)
 			}
@@ -326,6 +328,11 @@ func (d *txnDecoder) op(op *Op) {
 	case OpSetACL:
 		op.ACL = d.acls()
 		op.Version = d.int32()
+	case OpFail:
+		op.Fail = Failure(d.byte())
+		if op.Fail < FailBadArguments || op.Fail > FailUnreadable {
+			d.fail("unknown failure")
+		}
 	default:
 		d.fail("unknown op kind")
 	}

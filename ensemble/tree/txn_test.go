@@ -24,7 +24,9 @@ func sampleTxns() []*Txn {
 			setDataOp("/y", "\x00\xff", 1<<30),
 			setACLOp("/y", []ACL{{Perms: -1, Scheme: "digest", ID: "ü:ß"}, {Perms: PermRead, Scheme: "ip", ID: "10.0.0.0/8"}}, -2147483648),
 			checkOp("/y", 2147483647),
+			{Kind: OpFail, Path: "/z", Fail: FailUnreadable},
 		}},
+		{Kind: TxnOps, Multi: true, Ops: []Op{checkOp("/y", -1), {Kind: OpFail, Path: "bad", Fail: FailBadArguments}}},
 	}
 }
 
@@ -80,6 +82,8 @@ func TestTxnRejects(t *testing.T) {
 		"kind high":       {txnVersion, 200},
 		"flags":           {txnVersion, byte(TxnOps), 0, 0, 2, 0, 0},
 		"op kind":         {txnVersion, byte(TxnOps), 0, 0, 1, 0, 2, 9, 0},
+		"failure":         {txnVersion, byte(TxnOps), 0, 0, 1, 0, 2, byte(OpFail), 0, 4},
+		"no failure":      {txnVersion, byte(TxnOps), 0, 0, 1, 0, 2, byte(OpFail), 0, 0},
 		"huge list":       {txnVersion, byte(TxnOps), 0, 0, 0, 0xff, 0xff, 0xff, 0xff, 0x0f},
 		"huge string":     {txnVersion, byte(TxnOps), 0, 0, 0, 0, 2, byte(OpCheck), 0xff, 0xff, 0x03},
 		"int32 overflow":  {txnVersion, byte(TxnCreateSession), 0, 0x80, 0x80, 0x80, 0x80, 0x10, 0},

@@ -22,118 +22,157 @@ type Plan struct {
 }
 
 // PlanWrite validates a write request of session s and turns it into a
-// transaction. Checks that need no tree come first, as in ZooKeeper's
-// PrepRequestProcessor; a multi fails as a whole on the first bad op.
+// transaction. A lone op is refused at once when it fails a check that
+// needs no tree (ZooKeeper's PrepRequestProcessor makes those first). A
+// multi's ops are checked in order by the tree, as ZooKeeper does, so an
+// op refused on its own terms becomes an OpFail at its place and the ops
+// before it may fail first; only a refusal of its first op is answered at
+// once.
 func PlanWrite(req *Request, s Session, lim Limits) Plan {
 	p := Plan{op: req.Op}
 	txn := &tree.Txn{Kind: tree.TxnOps, Session: s.ID, Auth: s.Auth}
-	var code wire.Code
-	switch req.Op {
-	case wire.OpMulti:
-		txn.Multi = true
-		p.types = make([]int32, 0, len(req.Ops))
-		for i := range req.Ops {
-			o := &req.Ops[i]
-			c, ok := wire.ErrBadArguments, false
-			if o.Type != wire.OpSetACL {
-				c, ok = addOp(txn, o.Type, o.Path, o.Data, o.ACL, o.Flags, o.Version, lim)
-			}
-			if !ok {
-				// A read, or a setACL, inside a write multi is a
-				// malformed request.
-				c = wire.ErrBadArguments
-				txn.Ops = append(txn.Ops, tree.Op{})
-			}
-			if c != wire.OK && code == wire.OK {
-				p.earlyAt = i
-			}
-			code = firstCode(code, c)
-			t := o.Type
-			if isCreateOp(t) && o.Flags == wire.FlagContainer {
-				// A container, whichever create opcode asked for it, is
-				// a createContainer txn on ZooKeeper, and answered so.
-				t = wire.OpCreateContainer
-			}
-			p.types = append(p.types, t)
-		}
-	default:
-		var ok bool
-		if code, ok = addOp(txn, req.Op, req.Path, req.Data, req.ACL, req.Flags, req.Version, lim); !ok {
+	if req.Op != wire.OpMulti {
+		op, code, ok := planOp(req.Op, req.Path, req.Data, req.ACL, req.Flags, req.Version, lim, false)
+		switch {
+		case !ok:
 			code = wire.ErrUnimplemented
+		case code == wire.OK:
+			code = CodeOf(tree.Precheck(&op))
+		}
+		if code != wire.OK {
+			p.Early = code
+			return p
+		}
+		txn.Ops = []tree.Op{op}
+		p.Txn = txn
+		return p
+	}
+	txn.Multi = true
+	p.types = make([]int32, len(req.Ops))
+	for i := range req.Ops {
+		p.types[i] = multiResultType(req.Ops[i].Type, req.Ops[i].Flags)
+		if t := req.Ops[i].Type; !isCreateOp(t) && t != wire.OpDelete && t != wire.OpSetData && t != wire.OpCheck {
+			// ZooKeeper 3.8 cannot read a write multi holding a read
+			// (or an op a multi does not take): the whole request
+			// fails before any op is looked at.
+			p.Early = wire.ErrMarshallingError
 		}
 	}
-	switch {
-	case code != wire.OK:
-		p.Early = code
-	case req.Op != wire.OpMulti || len(txn.Ops) > 0:
+	if p.Early != wire.OK {
+		return p
+	}
+	for i := range req.Ops {
+		o := &req.Ops[i]
+		op, code, _ := planOp(o.Type, o.Path, o.Data, o.ACL, o.Flags, o.Version, lim, true)
+		if code == wire.OK {
+			txn.Ops = append(txn.Ops, op)
+			continue
+		}
+		// The ops after a refused one are never evaluated; the reply
+		// makes them RuntimeInconsistency.
+		if i == 0 {
+			p.Early, p.earlyAt = code, 0
+			return p
+		}
+		txn.Ops = append(txn.Ops, tree.Op{Kind: tree.OpFail, Path: o.Path, Fail: failureOf(code)})
+		break
+	}
+	if len(txn.Ops) > 0 {
 		p.Txn = txn
 	}
 	return p
+}
+
+// multiResultType is the opcode a multi's result for an op carries. As
+// ZooKeeper 3.8 reads a multi, a create's opcode comes from its flags: a
+// container is a createContainer whichever create opcode asked for it, and
+// any other create (createContainer and createTTL included) a plain one.
+func multiResultType(op, flags int32) int32 {
+	if !isCreateOp(op) {
+		return op
+	}
+	if flags == wire.FlagContainer {
+		return wire.OpCreateContainer
+	}
+	if mode, ok := CreateMode(flags); ok && (mode == tree.ModePersistentTTL || mode == tree.ModePersistentSequentialTTL) {
+		return wire.OpCreateTTL
+	}
+	return wire.OpCreate
+}
+
+func failureOf(c wire.Code) tree.Failure {
+	switch c {
+	case wire.ErrUnimplemented:
+		return tree.FailUnimplemented
+	case wire.ErrMarshallingError:
+		return tree.FailUnreadable
+	}
+	return tree.FailBadArguments
 }
 
 func isCreateOp(op int32) bool {
 	return op == wire.OpCreate || op == wire.OpCreate2 || op == wire.OpCreateContainer || op == wire.OpCreateTTL
 }
 
-// addOp appends the op of a write request and returns its early error;
-// for an opcode that is not a write it appends nothing and returns false.
-func addOp(txn *tree.Txn, op int32, path string, data []byte, acl []wire.ACL, flags, version int32, lim Limits) (wire.Code, bool) {
-	switch op {
-	case wire.OpCreate, wire.OpCreate2, wire.OpCreateContainer, wire.OpCreateTTL:
-		return addCreate(txn, op, path, data, acl, flags, lim), true
-	case wire.OpDelete:
-		return addPathOp(txn, tree.OpDelete, path, nil, version, nil, lim), true
-	case wire.OpSetData:
-		return addPathOp(txn, tree.OpSetData, path, data, version, nil, lim), true
-	case wire.OpSetACL:
-		return addPathOp(txn, tree.OpSetACL, path, nil, version, acl, lim), true
-	case wire.OpCheck:
-		return addPathOp(txn, tree.OpCheck, path, nil, version, nil, lim), true
-	}
-	return 0, false
-}
-
-// addCreate appends a create op. Precedence: a TTL opcode (TTL nodes are
-// off, as on a default ZooKeeper; with a mode that is not a TTL one it is a
-// bad argument, as ZooKeeper's TTL check says before it gets that far),
-// the flags, the mode and path as the tree checks them, the container
-// opcode's mode, the data size.
-func addCreate(txn *tree.Txn, op int32, path string, data []byte, acl []wire.ACL, flags int32, lim Limits) wire.Code {
+// planOp turns one write into a tree op, with the refusal that needs no
+// tree, if any: the opcode's and flags', and the data size. ok is false for
+// an opcode that is not a write.
+func planOp(op int32, path string, data []byte, acl []wire.ACL, flags, version int32, lim Limits, inMulti bool) (tree.Op, wire.Code, bool) {
 	var code wire.Code
-	if op == wire.OpCreateTTL {
-		code = wire.ErrBadArguments
-		if flags == wire.FlagPersistentWithTTL || flags == wire.FlagPersistentSequentialWithTTL {
-			code = wire.ErrUnimplemented
-		}
-	}
-	mode, ok := CreateMode(flags)
-	if ok {
-		code = firstCode(code, CodeOf(tree.CheckCreate(mode, path)))
-	} else {
-		code = firstCode(code, wire.ErrBadArguments)
-	}
-	if op == wire.OpCreateContainer && flags != wire.FlagContainer {
-		code = firstCode(code, wire.ErrBadArguments)
-	}
 	if len(data) > lim.MaxData {
-		code = firstCode(code, wire.ErrBadArguments)
-	}
-	txn.Ops = append(txn.Ops, tree.Op{Kind: tree.OpCreate, Path: path, Data: data, ACL: TreeACLs(acl), Mode: mode})
-	return code
-}
-
-// addPathOp appends an op on an existing node; acl is set only for setACL.
-func addPathOp(txn *tree.Txn, kind tree.OpKind, path string, data []byte, version int32, acl []wire.ACL, lim Limits) wire.Code {
-	var code wire.Code
-	if tree.ValidatePath(path, false) != nil || len(data) > lim.MaxData {
 		code = wire.ErrBadArguments
 	}
 	var tacl []tree.ACL
 	if acl != nil {
 		tacl = TreeACLs(acl)
 	}
-	txn.Ops = append(txn.Ops, tree.Op{Kind: kind, Path: path, Data: data, Version: version, ACL: tacl})
-	return code
+	o := tree.Op{Path: path, Data: data, ACL: tacl, Version: version}
+	switch op {
+	case wire.OpCreate, wire.OpCreate2, wire.OpCreateContainer, wire.OpCreateTTL:
+		o.Kind, o.Version = tree.OpCreate, 0
+		var c wire.Code
+		o.Mode, c = createCode(op, flags, inMulti)
+		code = firstCode(c, code)
+	case wire.OpDelete:
+		o.Kind, o.Data = tree.OpDelete, nil
+	case wire.OpSetData:
+		o.Kind, o.ACL = tree.OpSetData, nil
+	case wire.OpSetACL:
+		o.Kind, o.Data = tree.OpSetACL, nil
+	case wire.OpCheck:
+		o.Kind, o.Data, o.ACL = tree.OpCheck, nil, nil
+	default:
+		return tree.Op{}, 0, false
+	}
+	return o, code, true
+}
+
+// createCode is a create's mode and the refusal its opcode and flags call
+// for. Alone: a TTL opcode is unimplemented (TTL nodes are off, as on a
+// default ZooKeeper) or, with a mode that is not a TTL one, a bad
+// argument; unknown flags are bad arguments, and so is the container
+// opcode with other flags. In a multi ZooKeeper 3.8 takes the opcode from
+// the flags instead: a TTL mode is unimplemented from the TTL opcode and
+// fails the whole multi (MARSHALLINGERROR) from any other, and the other
+// opcodes' mismatches go unnoticed.
+func createCode(op, flags int32, inMulti bool) (tree.Mode, wire.Code) {
+	mode, ok := CreateMode(flags)
+	if !ok {
+		return mode, wire.ErrBadArguments
+	}
+	ttl := mode == tree.ModePersistentTTL || mode == tree.ModePersistentSequentialTTL
+	switch {
+	case inMulti && ttl && op != wire.OpCreateTTL:
+		return mode, wire.ErrMarshallingError
+	case ttl:
+		return mode, wire.ErrUnimplemented
+	case inMulti:
+	case op == wire.OpCreateTTL:
+		return mode, wire.ErrBadArguments
+	case op == wire.OpCreateContainer && mode != tree.ModeContainer:
+		return mode, wire.ErrBadArguments
+	}
+	return mode, wire.OK
 }
 
 func firstCode(have, c wire.Code) wire.Code {
@@ -148,7 +187,7 @@ func firstCode(have, c wire.Code) wire.Code {
 // RuntimeInconsistency in the others; any other refused write answers the
 // code in the header.
 func (p *Plan) Answer(xid int32, zxid int64) []byte {
-	if p.op != wire.OpMulti {
+	if p.op != wire.OpMulti || p.Early == wire.ErrMarshallingError {
 		return ErrorReply(xid, zxid, p.Early)
 	}
 	// As ZooKeeper answers a multi that fails: the ops before the failing
@@ -179,6 +218,11 @@ func (p *Plan) Reply(xid int32, zxid int64, o *Outcome) []byte {
 // appendWriteReply appends the body of a committed write's reply and
 // returns its header code. types holds the opcode of each op of a multi.
 func appendWriteReply(e *wire.Encoder, op int32, types []int32, o *Outcome) wire.Code {
+	if op == wire.OpMulti && o.Err == wire.ErrMarshallingError {
+		// ZooKeeper could not process it: the header says so, and
+		// nothing follows.
+		return o.Err
+	}
 	if op == wire.OpMulti {
 		// A failed multi still answers OK in the header; each op's
 		// outcome is in the body, as ZooKeeper does.
@@ -199,6 +243,12 @@ func appendWriteReply(e *wire.Encoder, op int32, types []int32, o *Outcome) wire
 				t = wire.OpCreate2
 			}
 			mr.Results = append(mr.Results, wire.MultiResult{Type: t, Path: r.Path, Stat: r.Stat})
+		}
+		if o.Err != wire.OK {
+			// The ops after a refused one never reached the tree.
+			for range len(types) - len(mr.Results) {
+				mr.Results = append(mr.Results, wire.MultiResult{Type: wire.OpError, Err: wire.ErrRuntimeInconsistency})
+			}
 		}
 		mr.Encode(e)
 		return wire.OK

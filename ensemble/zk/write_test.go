@@ -82,8 +82,11 @@ func TestPlanWriteEarly(t *testing.T) {
 		want wire.Code // OK: the plan has a transaction
 	}{
 		{"create", wire.OpCreate, &wire.CreateRequest{Path: "/a", ACL: open}, wire.OK},
-		{"create of a bad path", wire.OpCreate, &wire.CreateRequest{Path: "a", ACL: open}, wire.ErrBadArguments},
-		{"create ending in /", wire.OpCreate, &wire.CreateRequest{Path: "/a/", ACL: open}, wire.ErrBadArguments},
+		{"create of a relative path", wire.OpCreate, &wire.CreateRequest{Path: "a", ACL: open}, wire.ErrBadArguments},
+		{"create of a path without a slash", wire.OpCreate, &wire.CreateRequest{Path: "", ACL: open}, wire.ErrBadArguments},
+		{"create of a path with a NUL", wire.OpCreate, &wire.CreateRequest{Path: "/a\x00", ACL: open}, wire.ErrBadArguments},
+		// The rest of the path is checked after its parent: by the tree.
+		{"create ending in /", wire.OpCreate, &wire.CreateRequest{Path: "/a/", ACL: open}, wire.OK},
 		{"sequential create ending in /", wire.OpCreate, &wire.CreateRequest{Path: "/a/", ACL: open, Flags: wire.FlagPersistentSequential}, wire.OK},
 		{"create of too much data", wire.OpCreate, &wire.CreateRequest{Path: "/a", Data: big, ACL: open}, wire.ErrBadArguments},
 		{"create with undefined flags", wire.OpCreate, &wire.CreateRequest{Path: "/a", ACL: open, Flags: 7}, wire.ErrBadArguments},
@@ -95,7 +98,11 @@ func TestPlanWriteEarly(t *testing.T) {
 		{"createContainer without the container flag", wire.OpCreateContainer, &wire.CreateRequest{Path: "/a", ACL: open}, wire.ErrBadArguments},
 		{"createContainer with TTL flags", wire.OpCreateContainer, &wire.CreateRequest{Path: "/a", ACL: open, Flags: wire.FlagPersistentWithTTL}, wire.ErrUnimplemented},
 		{"container flag through create", wire.OpCreate, &wire.CreateRequest{Path: "/a", ACL: open, Flags: wire.FlagContainer}, wire.OK},
-		{"delete of a bad path", wire.OpDelete, &wire.DeleteRequest{Path: "/a//b", Version: -1}, wire.ErrBadArguments},
+		{"delete of a path without a slash", wire.OpDelete, &wire.DeleteRequest{Path: "a", Version: -1}, wire.ErrBadArguments},
+		{"delete of a system node", wire.OpDelete, &wire.DeleteRequest{Path: "/zookeeper", Version: -1}, wire.ErrBadArguments},
+		// ZooKeeper never validates a delete's path further: no node has
+		// it, which the tree says.
+		{"delete of a path no node can have", wire.OpDelete, &wire.DeleteRequest{Path: "/a//b", Version: -1}, wire.OK},
 		{"setData of a bad path", wire.OpSetData, &wire.SetDataRequest{Path: "/a/.", Version: -1}, wire.ErrBadArguments},
 		{"setData of too much data", wire.OpSetData, &wire.SetDataRequest{Path: "/a", Data: big, Version: -1}, wire.ErrBadArguments},
 		{"setACL of a bad path", wire.OpSetACL, &wire.SetACLRequest{Path: "", ACL: open, Version: -1}, wire.ErrBadArguments},
@@ -207,7 +214,12 @@ func TestWriteReplies(t *testing.T) {
 		{"setData of a missing node", wire.OpSetData, &wire.SetDataRequest{Path: "/none", Version: -1}, wire.ErrNoNode},
 		{"setData without WRITE", wire.OpSetData, &wire.SetDataRequest{Path: "/zookeeper/config", Version: -1}, wire.ErrNoAuth},
 		{"delete of a node with children", wire.OpDelete, &wire.DeleteRequest{Path: "/w", Version: -1}, wire.ErrNotEmpty},
-		{"delete of a system node", wire.OpDelete, &wire.DeleteRequest{Path: "/zookeeper", Version: -1}, wire.ErrBadArguments},
+		{"delete of a path no node can have", wire.OpDelete, &wire.DeleteRequest{Path: "/w//b", Version: -1}, wire.ErrNoNode},
+		{"delete under a missing parent", wire.OpDelete, &wire.DeleteRequest{Path: "/none/", Version: -1}, wire.ErrNoNode},
+		{"create of a bad path under a missing parent", wire.OpCreate, &wire.CreateRequest{Path: "/none/..", ACL: open}, wire.ErrNoNode},
+		{"create of a bad path with an invalid ACL", wire.OpCreate, &wire.CreateRequest{Path: "/w/.", ACL: []wire.ACL{}}, wire.ErrInvalidACL},
+		{"create of a bad path under an existing parent", wire.OpCreate, &wire.CreateRequest{Path: "/w/.", ACL: open}, wire.ErrBadArguments},
+		{"create ending in / under an existing parent", wire.OpCreate, &wire.CreateRequest{Path: "/w/", ACL: open}, wire.ErrBadArguments},
 		{"check of a missing node", wire.OpCheck, &wire.CheckVersionRequest{Path: "/none", Version: -1}, wire.ErrNoNode},
 	} {
 		before := f.zxid
@@ -276,35 +288,72 @@ func TestMulti(t *testing.T) {
 		t.Error("the failed multi's create was applied")
 	}
 
-	// Refused before the tree is consulted (a read inside a write multi,
-	// a bad path): the refused op carries the refusal, the ops before it
-	// OK and those after it RUNTIMEINCONSISTENCY, in ZooKeeper's order.
-	for _, bad := range [][]wire.MultiOp{
-		{{Type: wire.OpCreate, Path: "/m/c", ACL: open}, {Type: wire.OpGetData, Path: "/m"}},
-		{{Type: wire.OpCheck, Path: "/m", Version: -1}, {Type: wire.OpDelete, Path: "m", Version: -1}},
+	// Refused on its own terms (a read inside a write multi, a TTL
+	// create) or for its path: the refused op carries the refusal, the
+	// ops before it OK and those after it RUNTIMEINCONSISTENCY, unless an
+	// op before it fails first, since ZooKeeper takes a multi's ops in
+	// order.
+	for _, c := range []struct {
+		ops  []wire.MultiOp
+		want []wire.Code
+	}{
+		{[]wire.MultiOp{{Type: wire.OpCheck, Path: "/m", Version: -1}, {Type: wire.OpDelete, Path: "m", Version: -1}},
+			[]wire.Code{wire.OK, wire.ErrBadArguments}},
+		{[]wire.MultiOp{{Type: wire.OpCheck, Path: "/m", Version: -1}, {Type: wire.OpCreateTTL, Path: "/m/t", ACL: open, Flags: wire.FlagPersistentWithTTL, TTL: 5}},
+			[]wire.Code{wire.OK, wire.ErrUnimplemented}},
+		{[]wire.MultiOp{{Type: wire.OpCheck, Path: "/m", Version: 7}, {Type: wire.OpCreate, Path: "/m/u", ACL: open, Flags: 7}},
+			[]wire.Code{wire.ErrBadVersion, wire.ErrRuntimeInconsistency}},
+		{[]wire.MultiOp{{Type: wire.OpCheck, Path: "/m", Version: -1}, {Type: wire.OpCreate, Path: "/m/u", ACL: open, Flags: 7}, {Type: wire.OpCheck, Path: "/m", Version: -1}},
+			[]wire.Code{wire.OK, wire.ErrBadArguments, wire.ErrRuntimeInconsistency}},
+		{[]wire.MultiOp{{Type: wire.OpDelete, Path: "/none", Version: -1}, {Type: wire.OpSetData, Path: "/m/", Version: -1}},
+			[]wire.Code{wire.ErrNoNode, wire.ErrRuntimeInconsistency}},
+		{[]wire.MultiOp{{Type: wire.OpCreate, Path: "/m/d", ACL: open}, {Type: wire.OpSetData, Path: "/m/d/", Version: -1}, {Type: wire.OpCheck, Path: "/m", Version: -1}},
+			[]wire.Code{wire.OK, wire.ErrBadArguments, wire.ErrRuntimeInconsistency}},
 	} {
-		req := request(t, 3, wire.OpMulti, &wire.MultiRequest{Ops: bad})
-		plan := zk.PlanWrite(&req, s, limits)
-		if plan.Txn != nil || plan.Early != wire.ErrBadArguments {
-			t.Fatalf("multi %+v planned: early %v", bad, plan.Early)
-		}
-		h, d := reply(t, plan.Answer(3, f.zxid))
+		h, d := f.write(s, wire.OpMulti, &wire.MultiRequest{Ops: c.ops})
 		mr = wire.MultiResponse{}
-		if err := mr.Decode(d); err != nil || h.Err != wire.OK || len(mr.Results) != 2 {
-			t.Fatalf("refused multi: %+v %+v %v", h, mr, err)
+		if err := mr.Decode(d); err != nil || h.Err != wire.OK || len(mr.Results) != len(c.want) {
+			t.Fatalf("multi %+v: %+v %+v %v", c.ops, h, mr, err)
 		}
-		if mr.Results[0].Type != wire.OpError || mr.Results[0].Err != wire.OK || mr.Results[1].Err != wire.ErrBadArguments {
-			t.Errorf("refused multi results %+v", mr.Results)
+		for i, r := range mr.Results {
+			if r.Type != wire.OpError || r.Err != c.want[i] {
+				t.Errorf("multi %+v: result %d %+v, want error %v", c.ops, i, r, c.want[i])
+			}
 		}
 	}
+	for _, p := range []string{"/m/c", "/m/d", "/m/t"} {
+		if _, err := f.tree.Exists(p); err == nil {
+			t.Errorf("a failed multi created %s", p)
+		}
+	}
+
+	// A plain create with a TTL mode fails the whole multi as one
+	// ZooKeeper 3.8 cannot process, once the ops before it pass.
+	// So does a read inside a write multi, wherever it is and whatever
+	// the ops before it would do.
+	ttl := wire.MultiOp{Type: wire.OpCreate, Path: "/m/t", ACL: open, Flags: wire.FlagPersistentWithTTL}
+	read := wire.MultiOp{Type: wire.OpGetData, Path: "/m"}
+	for _, ops := range [][]wire.MultiOp{{ttl}, {{Type: wire.OpCheck, Path: "/m", Version: -1}, ttl},
+		{{Type: wire.OpCreate, Path: "/m/c", ACL: open}, read}, {{Type: wire.OpCheck, Path: "/m", Version: 7}, read}, {read}} {
+		if h, d := f.write(s, wire.OpMulti, &wire.MultiRequest{Ops: ops}); h.Err != wire.ErrMarshallingError || d.Remaining() != 0 {
+			t.Errorf("multi %+v: %v with %d body bytes, want a bare MARSHALLINGERROR", ops, h.Err, d.Remaining())
+		}
+	}
+	h, d = f.write(s, wire.OpMulti, &wire.MultiRequest{Ops: []wire.MultiOp{{Type: wire.OpCheck, Path: "/m", Version: 9}, ttl}})
+	mr = wire.MultiResponse{}
+	if err := mr.Decode(d); err != nil || h.Err != wire.OK || len(mr.Results) != 2 || mr.Results[0].Err != wire.ErrBadVersion {
+		t.Errorf("multi failing before its TTL create: %+v %+v %v", h, mr, err)
+	}
+
+	// Refused at its first op on its own terms: answered at once.
 	req := request(t, 3, wire.OpMulti, &wire.MultiRequest{Ops: []wire.MultiOp{
-		{Type: wire.OpDelete, Path: "m", Version: -1}, {Type: wire.OpCheck, Path: "/m", Version: -1}, {Type: wire.OpCheck, Path: "/m", Version: -1},
+		{Type: wire.OpCreate, Path: "/m/u", ACL: open, Flags: 7}, {Type: wire.OpCheck, Path: "/m", Version: -1}, {Type: wire.OpCheck, Path: "/m", Version: -1},
 	}})
 	plan := zk.PlanWrite(&req, s, limits)
 	mr = wire.MultiResponse{}
-	if _, d := reply(t, plan.Answer(3, f.zxid)); mr.Decode(d) != nil || len(mr.Results) != 3 ||
+	if _, d := reply(t, plan.Answer(3, f.zxid)); plan.Txn != nil || mr.Decode(d) != nil || len(mr.Results) != 3 ||
 		mr.Results[0].Err != wire.ErrBadArguments || mr.Results[1].Err != wire.ErrRuntimeInconsistency || mr.Results[2].Err != wire.ErrRuntimeInconsistency {
-		t.Errorf("multi refused at its first op: %+v", mr.Results)
+		t.Errorf("multi refused at its first op: txn %v, %+v", plan.Txn != nil, mr.Results)
 	}
 
 	// An empty multi changes nothing and answers an empty result list.

@@ -10,10 +10,11 @@
 // a transaction is proposed, which lock a read runs under, and when a reply
 // may leave.
 //
-// Validation lives here once, in request order: what ZooKeeper checks
-// before the tree is consulted (path syntax, data size, the create mode and
-// its opcode) is answered without a round through the log. The checks that
-// tree.Apply makes as well (tree.CheckCreate) are called, not repeated.
+// Validation lives here once, in request order: what ZooKeeper checks of a
+// lone write before the tree is consulted (the opcode and flags, data size,
+// and the path as tree.Precheck sees it) is answered without a round
+// through the log; tree.Precheck is called, not repeated. A multi's ops are
+// left to the tree in order, since ZooKeeper reports the first op to fail.
 package zk
 
 import (
@@ -67,6 +68,8 @@ func CodeOf(err error) wire.Code {
 		return wire.ErrRuntimeInconsistency
 	case errors.Is(err, tree.ErrUnimplemented):
 		return wire.ErrUnimplemented
+	case errors.Is(err, tree.ErrUnreadable):
+		return wire.ErrMarshallingError
 	}
 	var c wire.Code
 	if errors.As(err, &c) {

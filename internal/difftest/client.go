@@ -3,6 +3,7 @@ package difftest
 import (
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"time"
 
@@ -13,6 +14,9 @@ import (
 // within it is reported as hung rather than waited for; it is far above
 // any loopback round trip, so a slow machine does not make it a finding.
 const replyWait = 10 * time.Second
+
+// closeWait is how long a server that is to end a connection is given.
+const closeWait = 2 * time.Second
 
 // maxReply is the largest reply frame accepted: a getData of the largest
 // node plus headers, with room to spare.
@@ -163,6 +167,22 @@ func (s *session) reply(xid int32) (wire.ReplyHeader, []byte, error) {
 		}
 		return h, rest, nil
 	}
+}
+
+// closedWithin reports whether the server ends the connection within d,
+// reading (and dropping) whatever it sends meanwhile.
+func (s *session) closedWithin(d time.Duration) bool {
+	if s.broken {
+		return true
+	}
+	_ = s.nc.SetReadDeadline(time.Now().Add(d))
+	_, err := io.Copy(io.Discard, s.nc)
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return false
+	}
+	s.broken = true
+	return true
 }
 
 // close ends the session politely (closeSession) and drops the connection.

@@ -116,13 +116,22 @@ func (g *gen) sub(read bool) Op {
 	if read {
 		return Op{Code: pick(g.r, []int32{wire.OpGetData, wire.OpGetChildren}), Path: g.path()}
 	}
+	if g.r.IntN(24) == 0 {
+		// A read inside a write multi.
+		return Op{Code: pick(g.r, []int32{wire.OpGetData, wire.OpGetChildren}), Path: g.path()}
+	}
 	switch g.r.IntN(4) {
 	case 0:
 		return Op{Code: wire.OpCheck, Path: g.path(), Version: pick(g.r, versions)}
 	case 1:
 		c := g.create()
-		if c.Code == wire.OpCreateTTL || c.Code == wire.OpCreateContainer && g.r.IntN(2) == 0 {
+		if c.Code == wire.OpCreateTTL && g.r.IntN(4) != 0 || c.Code == wire.OpCreateContainer && g.r.IntN(2) == 0 {
 			c.Code = wire.OpCreate
+		}
+		if g.r.IntN(12) == 0 {
+			// An opcode at odds with the flags: ZooKeeper 3.8 goes by
+			// the flags inside a multi.
+			c.Code = pick(g.r, []int32{wire.OpCreateContainer, wire.OpCreateTTL})
 		}
 		return c
 	case 2:

@@ -50,6 +50,97 @@ var KnownDifferences = []Known{
 		JIRA:  "ZOOKEEPER-4466",
 		Match: mixesWatchModes,
 	},
+	{
+		ID:   "check-watches-of-others",
+		Note: "`checkWatches` reports only the asking session's own watches, as in ZooKeeper 3.9",
+		Reason: "ZooKeeper 3.8 answers OK when any session watches the path, and fails to process a path " +
+			"without a leading slash (MARSHALLINGERROR) once a recursive watch exists; its watch manager was " +
+			"rewritten for 3.9.0.",
+		JIRA:  "ZOOKEEPER-4466",
+		Match: checksOthersWatch,
+	},
+	{
+		ID: "remove-persistent-as-data",
+		Note: "`removeWatches` of the data or children type leaves a persistent watch in place, " +
+			"as in ZooKeeper 3.9",
+		Reason: "ZooKeeper 3.8 removes a persistent or recursive watch, or part of it, when asked to remove a " +
+			"data or child watch of the path; fixed in 3.9.0.",
+		JIRA:  "ZOOKEEPER-4471",
+		Match: removesPersistentAsData,
+	},
+}
+
+// armed lists, for each path, the sessions that asked for a watch on it
+// before op at, and which kinds.
+func armed(ops []Op, at int) map[string]map[int]map[string]bool {
+	out := map[string]map[int]map[string]bool{}
+	for _, o := range ops[:at] {
+		for _, s := range flatten(o) {
+			kind := ""
+			switch {
+			case s.Code == wire.OpAddWatch && s.Mode == wire.AddWatchPersistent:
+				kind = "persistent"
+			case s.Code == wire.OpAddWatch && s.Mode == wire.AddWatchPersistentRecursive:
+				kind = "recursive"
+			case s.Watch:
+				kind = "one-shot"
+			default:
+				continue
+			}
+			if out[s.Path] == nil {
+				out[s.Path] = map[int]map[string]bool{}
+			}
+			if out[s.Path][o.S] == nil {
+				out[s.Path][o.S] = map[string]bool{}
+			}
+			out[s.Path][o.S][kind] = true
+		}
+	}
+	return out
+}
+
+// checksOthersWatch reports whether the difference is a checkWatches that
+// coordrun answers NOWATCHER where ZooKeeper 3.8 looked at other sessions'
+// watches: OK with some session's watch on the path or above it, or
+// MARSHALLINGERROR for a path without a leading slash while someone
+// watches recursively.
+func checksOthersWatch(d Diff) bool {
+	o, ok := d.op()
+	if !ok || o.Code != wire.OpCheckWatches || !strings.Contains(d.Test, "no such watcher") {
+		return false
+	}
+	w := armed(d.Ops, d.At)
+	switch {
+	case strings.HasSuffix(d.Ref, "-> OK"):
+		for p := range w {
+			if p == o.Path || strings.HasPrefix(o.Path, p+"/") {
+				return true
+			}
+		}
+	case strings.Contains(d.Ref, "marshalling error") && !strings.HasPrefix(o.Path, "/") && !strings.HasPrefix(o.Path, "{R}"):
+		for _, sessions := range w {
+			for _, kinds := range sessions {
+				if kinds["recursive"] {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
+
+// removesPersistentAsData reports whether the difference is a
+// removeWatches of the data or children type that ZooKeeper 3.8 answers
+// OK and coordrun NOWATCHER, by a session that had a persistent or
+// recursive watch on the path.
+func removesPersistentAsData(d Diff) bool {
+	o, ok := d.op()
+	if !ok || o.Code != wire.OpRemoveWatches || (o.Mode != wire.WatcherData && o.Mode != wire.WatcherChildren) ||
+		!strings.HasSuffix(d.Ref, "-> OK") || !strings.Contains(d.Test, "no such watcher") {
+		return false
+	}
+	kinds := armed(d.Ops, d.At)[o.Path][o.S]
+	return kinds["persistent"] || kinds["recursive"]
 }
 
 // mixesWatchModes reports whether, by the op where the traces part, one
@@ -115,6 +206,7 @@ func touchesEmptiedContainer(d Diff) bool {
 		return false
 	}
 	containers := map[string]bool{}
+	parents := map[string]string{} // a container's parent, as a template
 	emptied := map[string]bool{}
 	for i, o := range d.Ops[:d.At+1] {
 		for _, s := range flatten(o) {
@@ -122,6 +214,12 @@ func touchesEmptiedContainer(d Diff) bool {
 			case isCreate(s.Code) && (s.Flags == wire.FlagContainer || s.Code == wire.OpCreateContainer):
 				if succeeded(d.ref, i) && succeeded(d.test, i) {
 					containers[s.Path] = true
+					// {S} names a node made at run time: its parent
+					// is the one of the path the create made.
+					parents[s.Path] = path.Dir(s.Path)
+					if p := createdPath(d.ref, i); p != "" && s.Path == "{S}" {
+						parents[s.Path] = path.Dir(p)
+					}
 				}
 			case s.Code == wire.OpDelete && containers[path.Dir(s.Path)] && succeeded(d.test, i):
 				emptied[path.Dir(s.Path)] = true
@@ -130,7 +228,7 @@ func touchesEmptiedContainer(d Diff) bool {
 	}
 	for _, s := range flatten(d.Ops[d.At]) {
 		for c := range emptied {
-			if s.Path == c || path.Dir(s.Path) == c || s.Path == path.Dir(c) {
+			if s.Path == c || path.Dir(s.Path) == c || s.Path == parents[c] {
 				return true
 			}
 		}
@@ -150,6 +248,20 @@ func succeeded(t *Trace, op int) bool {
 		}
 	}
 	return false
+}
+
+// createdPath is the path a lone create at op made in t, or "".
+func createdPath(t *Trace, op int) string {
+	for _, l := range t.Lines {
+		if l.Op != op {
+			continue
+		}
+		if _, rest, ok := strings.Cut(l.Text, " -> OK path="); ok {
+			p, _, _ := strings.Cut(rest, " ")
+			return p
+		}
+	}
+	return ""
 }
 
 func flatten(o Op) []Op {
