@@ -46,7 +46,8 @@ type fsm struct {
 	// snapshot restored), so zxids are index<<zxidShift | position.
 	grouped atomic.Bool
 
-	// afterApply runs under mu (write) for every applied txn.
+	// afterApply runs under mu (write) for every applied txn, and for
+	// every applied configuration (txn nil).
 	afterApply func(txn *tree.Txn, res *tree.Result, zxid int64)
 	// afterRestore runs under mu (write) after a snapshot replaced the tree.
 	afterRestore func(t *tree.Tree)
@@ -85,6 +86,15 @@ func (f *fsm) ApplyBatch(logs []*raft.Log) []interface{} {
 	var last int64
 	var lastIndex, lastTerm uint64
 	for i, l := range logs {
+		if l.Type == raft.LogConfiguration {
+			zxid := int64(l.Index)
+			if f.grouped.Load() {
+				zxid = groupZxid(l.Index, 0)
+			}
+			f.applyConfiguration(l, zxid)
+			last = zxid
+			continue
+		}
 		if l.Type != raft.LogCommand {
 			continue
 		}
@@ -132,6 +142,28 @@ func (f *fsm) ApplyBatch(logs []*raft.Log) []interface{} {
 		f.afterBatch(lastIndex, lastTerm)
 	}
 	return out
+}
+
+// applyConfiguration publishes a committed membership in
+// /zookeeper/config, as ZooKeeper does once a configuration is in force:
+// every member applies the same entries, so the node is the same
+// everywhere. The entry takes the zxid of its position, as a reconfig does
+// on ZooKeeper; the configuration an ensemble starts with (raft's first
+// entry) is version 0, like a static one, and a lone member's leaves the
+// node empty, as on a standalone ZooKeeper. Under mu.
+func (f *fsm) applyConfiguration(l *raft.Log, zxid int64) {
+	servers := raft.DecodeConfiguration(l.Data).Servers
+	version := zxid
+	if l.Index <= 1 {
+		if len(servers) <= 1 {
+			return
+		}
+		version = 0
+	}
+	ev := f.tree.SetConfigData(zkConfigText(servers, version), version)
+	if f.afterApply != nil {
+		f.afterApply(nil, &tree.Result{Events: []tree.Event{ev}}, zxid)
+	}
 }
 
 // applyTxn applies one encoded txn as zxid, under mu.

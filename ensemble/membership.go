@@ -1,11 +1,14 @@
 package ensemble
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"net"
 	"net/netip"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -167,21 +170,56 @@ func decodeMemberChange(b []byte) (memberChange, error) {
 	return ch, d.Err()
 }
 
-// configText renders the member set in ZooKeeper's dynamic-config form.
+// configText is the current member set as /zookeeper/config will hold it
+// once committed, for the reply to a reconfig.
 func (m *Member) configText() []byte {
-	var b strings.Builder
 	cf := m.raft.GetConfiguration()
 	if cf.Error() != nil {
 		return nil
 	}
-	for _, s := range cf.Configuration().Servers {
+	version := int64(cf.Index())
+	if m.fsm.grouped.Load() {
+		version = groupZxid(cf.Index(), 0)
+	}
+	return zkConfigText(cf.Configuration().Servers, version)
+}
+
+// zkConfigText renders servers in ZooKeeper's dynamic-configuration form,
+// as ZooKeeper's quorum verifier prints it: a line
+// "server.<id>=<host>:<port>:0:<role>" each, in id order (numeric ids by
+// value), with the raft address as the quorum address and no election
+// port (0: ZooKeeper's parser, which Curator uses, refuses an election
+// port equal to the quorum port), and "version=<hex>" without a final
+// newline. Client addresses are left out, as ZooKeeper does for a static
+// configuration, so a client that follows the configuration (Curator's
+// EnsembleTracker) keeps the connect string it was given.
+func zkConfigText(servers []raft.Server, version int64) []byte {
+	servers = slices.Clone(servers)
+	slices.SortFunc(servers, func(a, b raft.Server) int {
+		x, errA := strconv.ParseUint(string(a.ID), 10, 64)
+		y, errB := strconv.ParseUint(string(b.ID), 10, 64)
+		if errA == nil && errB == nil {
+			return cmp.Compare(x, y)
+		}
+		return cmp.Compare(a.ID, b.ID)
+	})
+	var b strings.Builder
+	for _, s := range servers {
 		role := "participant"
 		if s.Suffrage != raft.Voter {
 			role = "observer"
 		}
-		fmt.Fprintf(&b, "server.%s=%s:%s\n", s.ID, s.Address, role)
+		host, port, err := net.SplitHostPort(string(s.Address))
+		if err != nil {
+			fmt.Fprintf(&b, "server.%s=%s:%s\n", s.ID, s.Address, role)
+			continue
+		}
+		if strings.Contains(host, ":") {
+			host = "[" + host + "]"
+		}
+		fmt.Fprintf(&b, "server.%s=%s:%s:0:%s\n", s.ID, host, port, role)
 	}
-	fmt.Fprintf(&b, "version=%x\n", cf.Index())
+	fmt.Fprintf(&b, "version=%x", version)
 	return []byte(b.String())
 }
 

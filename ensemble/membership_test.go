@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -38,6 +39,25 @@ func TestMembershipAddRemoveUnderTraffic(t *testing.T) {
 	}()
 	testkit.WaitFor(t, 10*time.Second, "some writes", func() bool { return c.Member(0).LastZxid() > 300 })
 
+	// /zookeeper/config holds the starting configuration, version 0, on
+	// every member, as a ZooKeeper ensemble's static one.
+	var want strings.Builder
+	for _, p := range c.cfgs[0].Peers {
+		host, port, _ := net.SplitHostPort(p.Addr)
+		fmt.Fprintf(&want, "server.%s=%s:%s:0:participant\n", p.ID, host, port)
+	}
+	want.WriteString("version=0")
+	for i := range 3 {
+		data, st, err := testkit.DialZK(t, []string{c.cfgs[i].ClientAddr}, 4*time.Second).Get("/zookeeper/config")
+		if err != nil || string(data) != want.String() || st.Version != -1 || st.Mzxid != 0 || st.DataLength != int32(len(data)) {
+			t.Fatalf("member %d: /zookeeper/config %q %+v %v, want %q, version -1, mzxid 0", i+1, data, st, err, want.String())
+		}
+	}
+	_, _, configChanged, err := conn.GetW("/zookeeper/config")
+	if err != nil {
+		t.Fatal(err)
+	}
+
 	// A fourth member starts empty with Join and is added.
 	pl, cl := testkit.Listen(t), testkit.Listen(t)
 	cfg := c.cfgs[0]
@@ -66,6 +86,28 @@ func TestMembershipAddRemoveUnderTraffic(t *testing.T) {
 	}
 	testkit.WaitFor(t, 20*time.Second, "member 4 caught up", func() bool {
 		return m4.LastZxid() >= c.Member(0).LastZxid()-5 && m4.LastZxid() > 300
+	})
+	// The watch on /zookeeper/config fires, and every member, the new one
+	// too, publishes the new configuration at the zxid of its entry.
+	select {
+	case ev := <-configChanged:
+		if ev.Type != zk.EventNodeDataChanged || ev.Path != "/zookeeper/config" {
+			t.Fatalf("config watch: %+v", ev)
+		}
+	case <-ctx.Done():
+		t.Fatal("no event for /zookeeper/config after a member was added")
+	}
+	data, st, err := conn.Get("/zookeeper/config")
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantTail := fmt.Sprintf("server.4=%s:0:participant\nversion=%x", pl.Addr().String(), st.Mzxid)
+	if !strings.HasSuffix(string(data), wantTail) || st.Mzxid <= 0 || st.Version != -1 {
+		t.Fatalf("/zookeeper/config after adding member 4: %q %+v, want it to end in %q", data, st, wantTail)
+	}
+	testkit.WaitFor(t, 10*time.Second, "member 4 publishes the same configuration", func() bool {
+		d4, st4, err := testkit.DialZK(t, []string{m4.ClientAddr()}, 4*time.Second).Get("/zookeeper/config")
+		return err == nil && bytes.Equal(d4, data) && st4.Mzxid == st.Mzxid
 	})
 
 	// Remove member 3 (a follower or the leader: raft handles both).

@@ -179,10 +179,14 @@ func (m *Member) closeRaft() error {
 	return err
 }
 
-// afterApply runs under the FSM's write lock for every committed txn.
+// afterApply runs under the FSM's write lock for every committed txn, and
+// for every committed configuration (txn nil).
 func (m *Member) afterApply(txn *tree.Txn, res *tree.Result, zxid int64) {
 	for _, ev := range res.Events {
 		m.watch.trigger(ev, zxid)
+	}
+	if txn == nil {
+		return
 	}
 	switch txn.Kind {
 	case tree.TxnCreateSession:

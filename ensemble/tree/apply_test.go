@@ -673,13 +673,28 @@ func TestUnknownTxnKind(t *testing.T) {
 func TestSetConfigData(t *testing.T) {
 	tr := New()
 	size := tr.ApproximateDataSize()
-	tr.SetConfigData([]byte("server.1=a:1:2"))
+	ev := tr.SetConfigData([]byte("server.1=a:1:1:participant\nversion=0"), 0)
 	d, st, err := tr.Get("/zookeeper/config", nil)
-	if err != nil || string(d) != "server.1=a:1:2" || st.DataLength != 14 || st.Version != 0 || st.Mzxid != 0 {
+	if err != nil || string(d) != "server.1=a:1:1:participant\nversion=0" || st.DataLength != 36 || st.Version != -1 || st.Mzxid != 0 {
 		t.Fatalf("%q %+v %v", d, st, err)
 	}
-	if tr.ApproximateDataSize() != size+14 {
+	if ev.Type != EventDataChanged || ev.Path != "/zookeeper/config" || !slices.Equal(ev.ACL, readACL) {
+		t.Fatalf("event %+v", ev)
+	}
+	if tr.ApproximateDataSize() != size+36 {
 		t.Fatal("data size")
+	}
+	if err := tr.Check(); err != nil {
+		t.Fatal(err)
+	}
+	// A later configuration: its zxid becomes the mzxid, the version
+	// stays -1, and nothing else moves.
+	tr.SetConfigData([]byte("v2"), 77)
+	if _, st, _ := tr.Get("/zookeeper/config", nil); st.Mzxid != 77 || st.Version != -1 || st.DataLength != 2 || st.Czxid != 0 {
+		t.Fatalf("after a second configuration: %+v", st)
+	}
+	if _, st, _ := tr.Get("/zookeeper", nil); st.Cversion != 0 || st.Pzxid != 0 {
+		t.Fatalf("parent changed: %+v", st)
 	}
 	if err := tr.Check(); err != nil {
 		t.Fatal(err)

@@ -12,7 +12,8 @@ import "fmt"
 //     listed ephemeral exists with that owner, and ephemerals have no
 //     children; owners are 0, a session id, or the container marker;
 //   - czxid <= mzxid and czxid <= pzxid; a child's czxid is at most its
-//     parent's pzxid; version and cversion are not negative;
+//     parent's pzxid; version and cversion are not negative (but
+//     /zookeeper/config's version, which ZooKeeper sets to -1);
 //   - the ACL intern table's reference counts match the nodes using it;
 //   - the data size and ephemeral counters match, and every session id is
 //     below the next one to be handed out.
@@ -81,7 +82,7 @@ func (t *Tree) Check() error {
 		if s.Czxid > s.Mzxid || s.Czxid > s.Pzxid {
 			return fmt.Errorf("%s: zxids out of order (c %d, m %d, p %d)", p, s.Czxid, s.Mzxid, s.Pzxid)
 		}
-		if s.Version < 0 || s.Cversion < 0 {
+		if s.Version < 0 && !(p == configPath && s.Version == -1) || s.Cversion < 0 {
 			return fmt.Errorf("%s: negative version", p)
 		}
 	}

@@ -40,7 +40,7 @@ func populated(t testing.TB, bigData bool) *Tree {
 	if bigData {
 		ops(0, nil, createOp("/app/q-", strings.Repeat("big", 30000), ModePersistentSequential))
 	}
-	tr.SetConfigData([]byte("server.1=127.0.0.1:2888:3888"))
+	tr.SetConfigData([]byte("server.1=127.0.0.1:2888:3888"), 0)
 	if err := tr.Check(); err != nil {
 		t.Fatal(err)
 	}
@@ -96,7 +96,7 @@ func TestSnapshotRoundTrip(t *testing.T) {
 func TestEqualDetectsDifferences(t *testing.T) {
 	base := populated(t, true)
 	mutations := map[string]func(tr *Tree){
-		"data":     func(tr *Tree) { tr.SetConfigData([]byte("other")) },
+		"data":     func(tr *Tree) { tr.SetConfigData([]byte("other"), 0) },
 		"nil data": func(tr *Tree) { tr.nodes["/app/empty"].data = nil },
 		"stat":     func(tr *Tree) { tr.nodes["/app"].stat.Mtime++ },
 		"acl": func(tr *Tree) {
@@ -212,7 +212,7 @@ func TestClone(t *testing.T) {
 	for _, s := range tr.Sessions() {
 		tr.Apply(&Txn{Kind: TxnCloseSession, Session: s.ID}, 9001)
 	}
-	tr.SetConfigData([]byte("changed"))
+	tr.SetConfigData([]byte("changed"), 9002)
 	if err := tr.Check(); err != nil {
 		t.Fatal(err)
 	}

@@ -162,17 +162,21 @@ func (t *Tree) unlink(path string, parent *node, name string, n *node) {
 }
 
 // SetConfigData replaces the data of /zookeeper/config, through which the
-// member publishes the ensemble's membership to clients. It is not a client
-// write: it changes no version, zxid or mtime and produces no event, because
-// the membership is derived from raft's configuration rather than ordered by
-// zxid. Callers must invoke it identically on every replica (e.g. from the
-// FSM when a configuration entry is applied), or replicas will diverge. b is
-// copied.
-func (t *Tree) SetConfigData(b []byte) {
+// member publishes the ensemble's membership to clients, as ZooKeeper's
+// initConfigInZKDatabase does: the stat's version becomes -1 and its mzxid
+// zxid, the configuration's version (0 for the one the ensemble started
+// with). It is not a client write: no cversion, pzxid or mtime changes, and
+// it returns the event for the watch manager rather than recording one.
+// Callers must invoke it identically on every replica (the FSM does, when a
+// configuration entry is applied), or replicas will diverge. b is copied.
+func (t *Tree) SetConfigData(b []byte, zxid int64) Event {
 	n := t.nodes[configPath]
 	t.dataSize += int64(len(b) - len(n.data))
 	n.data = cloneBytes(b)
 	n.stat.DataLength = int32(len(n.data))
+	n.stat.Version = -1
+	n.stat.Mzxid = zxid
+	return Event{Type: EventDataChanged, Path: configPath, ACL: n.acl.acl}
 }
 
 func cloneBytes(b []byte) []byte {

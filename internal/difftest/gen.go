@@ -34,6 +34,8 @@ var (
 		{Code: wire.OpSetACL, Path: "/", ACL: "read", Version: 1 << 30},
 		{Code: wire.OpExists, Path: "/zookeeper/config/x"},
 		{Code: wire.OpGetChildren, Path: "/zookeeper/config"},
+		{Code: wire.OpGetData, Path: "/zookeeper/config", Watch: true},
+		{Code: wire.OpExists, Path: "/zookeeper/config"},
 	}
 	auths = []string{"digest u1:pw1", "digest u2:pw2", "digest nocolon"}
 )

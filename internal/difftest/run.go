@@ -1,6 +1,7 @@
 package difftest
 
 import (
+	"bytes"
 	"fmt"
 	"regexp"
 	"slices"
@@ -291,6 +292,12 @@ func (r *runner) describe(rec wire.Record) string {
 	case *wire.StatResponse:
 		return r.stat(v.Stat)
 	case *wire.GetDataResponse:
+		if bytes.HasPrefix(v.Data, []byte("server.")) {
+			// A dynamic configuration: the members' ports (and so the
+			// length) differ between the targets, the form must not.
+			return "data=" + configPorts.ReplaceAllString(dataString(v.Data), ":#") + " " +
+				configLen.ReplaceAllString(r.stat(v.Stat), " len=# ")
+		}
 		return "data=" + dataString(v.Data) + " " + r.stat(v.Stat)
 	case *wire.GetChildrenResponse:
 		return "children=" + r.children(v.Children)
@@ -388,6 +395,11 @@ func (r *runner) stat(s wire.Stat) string {
 func zmark(z int64) string { return "\x00" + strconv.FormatInt(z, 10) + "\x00" }
 
 var zmarkRE = regexp.MustCompile("\x00(-?[0-9]+)\x00")
+
+var (
+	configPorts = regexp.MustCompile(`:[0-9]+`)
+	configLen   = regexp.MustCompile(` len=[0-9]+ `)
+)
 
 // rankZxids replaces zxids by labels that keep their order relations but
 // not their values: the first new zxid of a run is z1, the next z2, and
