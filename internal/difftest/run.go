@@ -91,6 +91,9 @@ func run(tg Target, root string, sessions int, seq []Op) (*Trace, error) {
 	if err != nil || h.Err != wire.OK {
 		return nil, fmt.Errorf("creating %s on %s: %v %v", root, tg.Name, h.Err, err)
 	}
+	// Every session sees the root before the first op: on an ensemble
+	// they may be on members that have not applied it yet.
+	r.barrier()
 	for i, o := range seq {
 		r.cur = i
 		r.add("#%d %v", i, o)
@@ -293,10 +296,9 @@ func (r *runner) describe(rec wire.Record) string {
 		return r.stat(v.Stat)
 	case *wire.GetDataResponse:
 		if bytes.HasPrefix(v.Data, []byte("server.")) {
-			// A dynamic configuration: the members' ports (and so the
-			// length) differ between the targets, the form must not.
-			return "data=" + configPorts.ReplaceAllString(dataString(v.Data), ":#") + " " +
-				configLen.ReplaceAllString(r.stat(v.Stat), " len=# ")
+			// A dynamic configuration: the members' ports differ
+			// between the targets, the form must not.
+			return "data=" + strconv.Quote(configPorts.ReplaceAllString(string(v.Data), ":#")) + " " + r.stat(v.Stat)
 		}
 		return "data=" + dataString(v.Data) + " " + r.stat(v.Stat)
 	case *wire.GetChildrenResponse:
@@ -385,8 +387,14 @@ func (r *runner) stat(s wire.Stat) string {
 		// runs' roots and what they made there, so their count, cversion
 		// and pzxid tell of earlier runs, whose differences (a known one
 		// may delete a root that was made a container) they carry on.
-		return fmt.Sprintf("stat{v=%d cv=* av=%d len=%d nc=* owner=%s cz=0 mz=%s pz=*}",
-			s.Version, s.Aversion, s.DataLength, owner, zmark(s.Mzxid))
+		// Of these only /zookeeper/config holds data, the members'
+		// addresses, whose length differs between the targets.
+		size := "0"
+		if s.DataLength != 0 {
+			size = "+"
+		}
+		return fmt.Sprintf("stat{v=%d cv=* av=%d len=%s nc=* owner=%s cz=0 mz=%s pz=*}",
+			s.Version, s.Aversion, size, owner, zmark(s.Mzxid))
 	}
 	return fmt.Sprintf("stat{v=%d cv=%d av=%d len=%d nc=%d owner=%s cz=%s mz=%s pz=%s}",
 		s.Version, s.Cversion, s.Aversion, s.DataLength, s.NumChildren, owner, zmark(s.Czxid), zmark(s.Mzxid), zmark(s.Pzxid))
@@ -396,10 +404,8 @@ func zmark(z int64) string { return "\x00" + strconv.FormatInt(z, 10) + "\x00" }
 
 var zmarkRE = regexp.MustCompile("\x00(-?[0-9]+)\x00")
 
-var (
-	configPorts = regexp.MustCompile(`:[0-9]+`)
-	configLen   = regexp.MustCompile(` len=[0-9]+ `)
-)
+// configPorts are the ports of a dynamic configuration's lines.
+var configPorts = regexp.MustCompile(`:[0-9]+`)
 
 // rankZxids replaces zxids by labels that keep their order relations but
 // not their values: the first new zxid of a run is z1, the next z2, and
