@@ -1578,9 +1578,71 @@ func confFourLetterWords(t *testing.T, e *confEnv) {
 		if state == "leader" {
 			leaders++
 		}
+		confFourLetterFigures(t, e, i, srvr, kv)
 	}
 	if e.n == 3 && leaders != 1 {
 		t.Errorf("%d members report leader", leaders)
+	}
+}
+
+// flwLatency is srvr's latency line in ZooKeeper 3.8's number formats:
+// whole milliseconds around a Java double.
+var flwLatency = regexp.MustCompile(`(?m)^Latency min/avg/max: \d+/\d+\.\d+(E-?\d+)?/\d+$`)
+
+// confFourLetterFigures checks figures of member i's words that come from
+// its own state: the latency format, descriptors, the quorum and, on the
+// leader, its followers in sync; and conf's layout for its role.
+func confFourLetterFigures(t *testing.T, e *confEnv, i int, srvr string, mntr map[string]string) {
+	t.Helper()
+	if !flwLatency.MatchString(srvr) {
+		t.Errorf("member %d srvr latency is not in ZooKeeper's format:\n%s", i, srvr)
+	}
+	for _, k := range []string{"zk_open_file_descriptor_count", "zk_max_file_descriptor_count", "zk_uptime"} {
+		if n, err := strconv.ParseInt(mntr[k], 10, 64); err != nil || n <= 0 {
+			t.Errorf("member %d %s = %q, want a positive count", i, k, mntr[k])
+		}
+	}
+	state := mntr["zk_server_state"]
+	if e.n == 3 {
+		eq(t, fmt.Sprintf("member %d zk_quorum_size", i), mntr["zk_quorum_size"], "3")
+	} else if _, ok := mntr["zk_quorum_size"]; ok {
+		t.Errorf("standalone member reports zk_quorum_size")
+	}
+	if state == "leader" {
+		synced := ""
+		ok := testkit.Poll(10*time.Second, func() bool {
+			kv := map[string]string{}
+			for _, line := range strings.Split(fourLetter(t, e.addr(i), "mntr"), "\n") {
+				if k, v, ok := strings.Cut(line, "\t"); ok {
+					kv[k] = v
+				}
+			}
+			synced = kv["zk_synced_followers"]
+			return synced == "2" && kv["zk_learners"] == "2"
+		})
+		if !ok {
+			t.Errorf("leader's zk_synced_followers = %q, want 2", synced)
+		}
+	}
+	conf := fourLetter(t, e.addr(i), "conf")
+	servers := 0
+	for _, line := range strings.Split(strings.TrimSuffix(conf, "\n"), "\n") {
+		switch {
+		case line == "membership: ":
+		case strings.HasPrefix(line, "server."):
+			servers++
+			if !strings.HasSuffix(line, ":participant") || strings.Count(line, ":") != 3 {
+				t.Errorf("member %d conf line %q is not host:port:port:participant", i, line)
+			}
+		case !strings.Contains(line, "="):
+			t.Errorf("member %d conf line %q is not key=value", i, line)
+		}
+	}
+	if e.n == 3 && (servers != 3 || strings.HasSuffix(conf, "\n") || !strings.Contains(conf, "\nversion=")) {
+		t.Errorf("member %d conf lacks ZooKeeper's membership block (3 servers, then version= without a newline):\n%s", i, conf)
+	}
+	if e.n == 1 && (servers != 0 || !strings.HasSuffix(conf, "\n")) {
+		t.Errorf("standalone conf has a membership block:\n%s", conf)
 	}
 }
 

@@ -4,15 +4,23 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"net"
 	"os"
+	"os/user"
+	"path/filepath"
 	"runtime"
+	"runtime/debug"
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
+	"github.com/coordrun/coordrun/ensemble/wire"
 	"github.com/hashicorp/raft"
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 )
 
 // Version is what the four-letter words report. ZooKeeper clients parse
@@ -24,32 +32,52 @@ const Version = "3.8.4-coordrun"
 // members and their raft state as JSON (used by `coordrun ensemble status`).
 const statusWord = "mbrs"
 
+// notServing is ZooKeeper's answer to srvr, stat, mntr, conf and srst
+// from a server outside a working quorum; monitoring (Datadog's check
+// among others) takes it for an inactive server rather than a broken one.
+const notServing = "This ZooKeeper instance is not currently serving requests\n"
+
 // The four-letter words on the client port, ZooKeeper's and coordrun's
-// own: the answers are text built from the member's state and its request
-// stats.
+// own. ZooKeeper's answer in the layout of Apache ZooKeeper 3.8 (line
+// order, key names, number formats), since exporters and checks parse
+// them by position or by key; internal/difftest compares them with the
+// real server's.
 
 // fourLetter answers a four-letter word and closes, as ZooKeeper does.
 func (m *Member) fourLetter(word string, nc net.Conn) {
 	_ = nc.SetWriteDeadline(time.Now().Add(10 * time.Second))
 	var out string
+	serving := m.serving()
 	switch word {
 	case "ruok":
 		out = "imok"
 	case "isro":
+		// coordrun has no read-only mode: a member either serves with
+		// the quorum or not at all, which ZooKeeper reports as "null".
 		out = "rw"
-	case "srvr":
-		out = m.srvr(false)
-	case "stat":
-		out = m.srvr(true)
-	case "mntr":
-		out = m.mntr()
+		if !serving {
+			out = "null"
+		}
+	case "srvr", "stat", "mntr", "conf", "srst":
+		if !serving {
+			out = notServing
+			break
+		}
+		switch word {
+		case "srvr":
+			out = m.srvr(nc, false)
+		case "stat":
+			out = m.srvr(nc, true)
+		case "mntr":
+			out = m.mntr()
+		case "conf":
+			out = m.conf()
+		case "srst":
+			m.stats.reset()
+			out = "Server stats reset.\n"
+		}
 	case "envi":
 		out = m.envi()
-	case "conf":
-		out = m.conf()
-	case "srst":
-		m.stats.reset()
-		out = "Server stats reset.\n"
 	case statusWord:
 		ctx, cancel := context.WithTimeout(m.ctx, 5*time.Second)
 		defer cancel()
@@ -59,6 +87,13 @@ func (m *Member) fourLetter(word string, nc net.Conn) {
 		out = word + " is not executed because it is not in the whitelist.\n"
 	}
 	_, _ = nc.Write([]byte(out))
+}
+
+// serving: the member knows a leader, so it can answer clients. A
+// ZooKeeper server without one is looking for it and serves nobody.
+func (m *Member) serving() bool {
+	_, id := m.raft.LeaderWithID()
+	return id != ""
 }
 
 func (m *Member) mode() string {
@@ -74,103 +109,655 @@ func (m *Member) mode() string {
 	return "looking"
 }
 
-func (m *Member) srvr(withClients bool) string {
+// fullVersion is ZooKeeper's Version.getFullVersion for coordrun:
+// "3.8.4-coordrun[-<commit>], built on 2006-01-02 15:04 UTC".
+var fullVersion = sync.OnceValue(func() string {
+	v, built := Version, time.Time{}
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		for _, s := range bi.Settings {
+			switch s.Key {
+			case "vcs.revision":
+				v += "-" + s.Value[:min(len(s.Value), 12)]
+			case "vcs.time":
+				built, _ = time.Parse(time.RFC3339, s.Value)
+			}
+		}
+	}
+	// Without VCS stamps (a build outside a checkout) the binary's own
+	// time is the nearest thing to a build date.
+	if built.IsZero() {
+		if exe, err := os.Executable(); err == nil {
+			if info, err := os.Stat(exe); err == nil {
+				built = info.ModTime()
+			}
+		}
+	}
+	if built.IsZero() {
+		built = processStart
+	}
+	return v + ", built on " + built.UTC().Format("2006-01-02 15:04") + " UTC"
+})
+
+// latencyFigures are the min, avg and max of srvr and mntr in ZooKeeper's
+// formats: whole milliseconds for the bounds and a Java double rounded to
+// four places for the average. ZooKeeper times requests in whole
+// milliseconds; coordrun's finer times are rounded outwards (min down,
+// max up) so that the average always lies between them.
+func (m *Member) latencyFigures() (lmin int64, lavg string, lmax int64) {
+	fmin, favg, fmax := m.stats.latencyMs()
+	return int64(math.Floor(fmin)), javaDouble(favg), int64(math.Ceil(fmax))
+}
+
+// javaDouble formats v, rounded to four decimal places, as Java's
+// Double.toString prints it: "0.0", "2.25", "1.0E-4", "1.2345E7".
+func javaDouble(v float64) string {
+	v = math.Round(v*1e4) / 1e4
+	if a := math.Abs(v); a == 0 || (a >= 1e-3 && a < 1e7) {
+		s := strconv.FormatFloat(v, 'f', -1, 64)
+		if !strings.Contains(s, ".") {
+			s += ".0"
+		}
+		return s
+	}
+	mant, exp, _ := strings.Cut(strconv.FormatFloat(v, 'e', -1, 64), "e")
+	if !strings.Contains(mant, ".") {
+		mant += ".0"
+	}
+	e, _ := strconv.Atoi(exp)
+	return mant + "E" + strconv.Itoa(e)
+}
+
+// srvr is srvr, and with the client list stat, in ZooKeeper 3.8's layout.
+// A leader adds ZooKeeper's proposal sizes line; coordrun does not measure
+// proposal sizes, so it carries ZooKeeper's figures for none (-1).
+func (m *Member) srvr(self net.Conn, withClients bool) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "Zookeeper version: %s, built on %s\n", Version, "unknown")
+	fmt.Fprintf(&b, "Zookeeper version: %s\n", fullVersion())
 	if withClients {
 		b.WriteString("Clients:\n")
-		var lines []string
-		m.clients.each(func(c *conn) {
-			lines = append(lines, fmt.Sprintf(" /%s[1](queued=0,recved=0,sent=0,sid=0x%x)\n", c.remote, c.session))
-		})
-		sort.Strings(lines)
-		for _, l := range lines {
+		for _, l := range m.clientLines(self) {
 			b.WriteString(l)
+			b.WriteByte('\n')
 		}
 		b.WriteString("\n")
 	}
-	lmin, lavg, lmax := m.stats.latencyMs()
+	lmin, lavg, lmax := m.latencyFigures()
 	nodes, _, _ := m.counts()
-	fmt.Fprintf(&b, "Latency min/avg/max: %s/%s/%s\n", fmtMs(lmin), fmtMs(lavg), fmtMs(lmax))
+	mode := m.mode()
+	fmt.Fprintf(&b, "Latency min/avg/max: %d/%s/%d\n", lmin, lavg, lmax)
 	fmt.Fprintf(&b, "Received: %d\n", m.stats.received.Load())
 	fmt.Fprintf(&b, "Sent: %d\n", m.stats.sent.Load())
 	fmt.Fprintf(&b, "Connections: %d\n", m.stats.connections.Load())
 	fmt.Fprintf(&b, "Outstanding: %d\n", m.stats.outstanding.Load())
 	fmt.Fprintf(&b, "Zxid: 0x%x\n", m.fsm.lastZxid())
-	fmt.Fprintf(&b, "Mode: %s\n", m.mode())
+	fmt.Fprintf(&b, "Mode: %s\n", mode)
 	fmt.Fprintf(&b, "Node count: %d\n", nodes)
+	if mode == "leader" {
+		b.WriteString("Proposal sizes last/min/max: -1/-1/-1\n")
+	}
 	return b.String()
 }
 
-func fmtMs(v float64) string { return strconv.FormatFloat(v, 'f', -1, 64) }
-
-func (m *Member) mntr() string {
-	lmin, lavg, lmax := m.stats.latencyMs()
-	nodes, eph, size := m.counts()
-	kv := [][2]string{
-		{"zk_version", Version},
-		{"zk_server_state", m.mode()},
-		{"zk_avg_latency", fmtMs(lavg)},
-		{"zk_max_latency", fmtMs(lmax)},
-		{"zk_min_latency", fmtMs(lmin)},
-		{"zk_packets_received", strconv.FormatInt(m.stats.received.Load(), 10)},
-		{"zk_packets_sent", strconv.FormatInt(m.stats.sent.Load(), 10)},
-		{"zk_num_alive_connections", strconv.FormatInt(m.stats.connections.Load(), 10)},
-		{"zk_outstanding_requests", strconv.FormatInt(m.stats.outstanding.Load(), 10)},
-		{"zk_znode_count", strconv.Itoa(nodes)},
-		{"zk_watch_count", strconv.Itoa(m.watch.count())},
-		{"zk_ephemerals_count", strconv.Itoa(eph)},
-		{"zk_approximate_data_size", strconv.FormatInt(size, 10)},
-		{"zk_global_sessions", strconv.Itoa(m.track.count())},
-		{"zk_last_zxid", strconv.FormatInt(m.fsm.lastZxid(), 10)},
-		{"coordrun_watch_notifications", strconv.FormatInt(m.stats.notifications.Load(), 10)},
+// clientLines are stat's client list in ZooKeeper's brief form, one line
+// per connection open on the client port, sorted:
+//
+//	/127.0.0.1:50452[1](queued=0,recved=0,sent=0)
+//
+// [1] marks an established session (ZooKeeper's interest in reading), [0]
+// a connection not yet established or, like the asker's, serving a
+// four-letter word. queued is what the session has read and not yet
+// answered. Connections do not count their own requests and replies
+// (the member counts them in total, for srvr), so recved and sent are 0,
+// except the asker's recved: its word.
+func (m *Member) clientLines(self net.Conn) []string {
+	s := m.clients
+	s.mu.Lock()
+	established := make(map[net.Conn]*conn, len(s.conns))
+	for c := range s.conns {
+		established[c.nc] = c
 	}
-	if m.IsLeader() {
-		peers := len(m.cfg.Peers)
-		if cf := m.raft.GetConfiguration(); cf.Error() == nil {
-			peers = len(cf.Configuration().Servers)
+	lines := make([]string, 0, len(s.accepted))
+	for nc := range s.accepted {
+		if c, ok := established[nc]; ok {
+			lines = append(lines, fmt.Sprintf(" /%s[1](queued=%d,recved=0,sent=0)", c.remote, len(c.slots)))
+			continue
 		}
-		kv = append(kv,
-			[2]string{"zk_followers", strconv.Itoa(peers - 1)},
-			[2]string{"zk_synced_followers", strconv.Itoa(peers - 1)})
+		recved := 0
+		if nc == self {
+			recved = 1
+		}
+		lines = append(lines, fmt.Sprintf(" /%s[0](queued=0,recved=%d,sent=0)", nc.RemoteAddr(), recved))
 	}
+	s.mu.Unlock()
+	sort.Strings(lines)
+	return lines
+}
+
+// mntr is ZooKeeper 3.8's mntr for the member's role: its keys in its
+// order, then coordrun's own.
+//
+// Values come from the member's state where coordrun has the quantity;
+// the rest carry what an idle ZooKeeper shows (0, or -1 for sizes never
+// measured). Those that coordrun does not keep:
+//
+//   - gauges: min/max/last_proposal_size, last/min/max_client_response_size,
+//     non_mtls_remote/local_conn_count, connection_drop_probability,
+//     auth_failed_count, local_sessions (coordrun has none),
+//     outstanding_tls_handshake, watch_bytes, pending_syncs (syncs are
+//     answered from raft's read index, not queued on the leader),
+//     leader_uptime (the member does not record when it took the lead),
+//     synced_non_voting_followers (raft non-voters count as observers);
+//   - every counter but proposal_count, bytes_received_count and
+//     response_bytes (coordrun's counts bytes sent in all, notifications
+//     and framing included);
+//   - every summary but readlatency and updatelatency, and the
+//     learner_handler_qp_size and learner_handler_qp_time_ms sets (one per
+//     follower, as a leader shows them).
+//
+// A summary prints avg (a Java double), min, max, cnt, sum, and for
+// ZooKeeper's percentile summaries p50, p95, p99 and p999. The
+// per-namespace and ack_latency sets, which ZooKeeper fills as requests
+// arrive, coordrun does not keep at all.
+func (m *Member) mntr() string {
+	mode := m.mode()
+	role := roleStandalone
+	switch mode {
+	case "leader":
+		role = roleLeader
+	case "follower":
+		role = roleFollower
+	}
+	v := m.mntrValues(mode, role)
+	sums := m.latencySummaries()
+
 	var b strings.Builder
-	for _, p := range kv {
-		b.WriteString(p[0])
+	line := func(k, val string) {
+		b.WriteString("zk_")
+		b.WriteString(k)
 		b.WriteByte('\t')
-		b.WriteString(p[1])
+		b.WriteString(val)
+		b.WriteByte('\n')
+	}
+	for _, g := range mntrGauges {
+		k, only, _ := strings.Cut(g, ":")
+		if (only == "q" && role == roleStandalone) || (only == "l" && role != roleLeader) {
+			continue
+		}
+		val, ok := v[k]
+		if !ok {
+			val = mntrIdle(k)
+		}
+		line(k, val)
+	}
+	summary := func(name string, s zkSummary, percentiles bool) {
+		line("avg_"+name, javaDouble(s.avg()))
+		line("min_"+name, strconv.FormatInt(s.min, 10))
+		line("max_"+name, strconv.FormatInt(s.max, 10))
+		line("cnt_"+name, strconv.FormatInt(s.cnt, 10))
+		line("sum_"+name, strconv.FormatInt(s.sum, 10))
+		if percentiles {
+			for i, p := range [...]string{"p50", "p95", "p99", "p999"} {
+				line(p+"_"+name, strconv.FormatInt(s.pct[i], 10))
+			}
+		}
+	}
+	for _, name := range mntrSummaries {
+		summary(name, sums[name], false)
+	}
+	for _, name := range mntrPercentileSummaries {
+		summary(name, sums[name], true)
+	}
+	var followers []string
+	if role == roleLeader {
+		followers = m.followerIDs()
+	}
+	for _, id := range followers {
+		summary(id+"_learner_handler_qp_size", zkSummary{}, false)
+	}
+	for _, id := range followers {
+		summary(id+"_learner_handler_qp_time_ms", zkSummary{}, true)
+	}
+
+	// coordrun's own, after ZooKeeper's: zk_last_zxid and zk_followers
+	// (ZooKeeper 3.4's name for the leader's learners, which older
+	// checks read) and the watch events sent.
+	line("last_zxid", strconv.FormatInt(m.fsm.lastZxid(), 10))
+	if role == roleLeader {
+		line("followers", v["learners"])
+	}
+	b.WriteString("coordrun_watch_notifications\t")
+	b.WriteString(strconv.FormatInt(m.stats.notifications.Load(), 10))
+	b.WriteByte('\n')
+	return b.String()
+}
+
+type mntrRole int
+
+const (
+	roleStandalone mntrRole = iota
+	roleLeader
+	roleFollower
+)
+
+// mntrGauges are the keys ZooKeeper 3.8's mntr prints before its
+// summaries, without "zk_", in its order (that of its metrics registry):
+// ":q" marks a key only members of a quorum print, ":l" one only the
+// leader prints. Simple checks read mntr's first 2 KiB only, so the
+// order decides what they see.
+var mntrGauges = strings.Fields(`
+	version server_state peer_state:q ephemerals_count num_alive_connections
+	avg_latency min_proposal_size:l outstanding_requests znode_count
+	global_sessions non_mtls_remote_conn_count last_client_response_size
+	packets_sent packets_received max_proposal_size:l max_client_response_size
+	synced_followers:l connection_drop_probability watch_count
+	synced_non_voting_followers:l synced_observers:l auth_failed_count
+	min_latency max_file_descriptor_count approximate_data_size
+	open_file_descriptor_count last_proposal_size:l pending_syncs:l
+	leader_uptime:l local_sessions uptime max_latency outstanding_tls_handshake
+	learners:l min_client_response_size non_mtls_local_conn_count quorum_size:q
+	proposal_count watch_bytes outstanding_changes_removed throttled_ops
+	stale_requests_dropped large_requests_rejected insecure_admin_count
+	connection_rejected cnxn_closed_without_zk_server_running
+	sessionless_connections_expired looking_count dead_watchers_queued
+	stale_requests connection_drop_count learner_proposal_received_count
+	digest_mismatches_count dead_watchers_cleared response_packet_cache_hits
+	bytes_received_count add_dead_watcher_stall_time request_throttle_wait_count
+	requests_not_forwarded_to_commit_processor response_packet_cache_misses
+	ensemble_auth_success prep_processor_request_queued
+	learner_commit_received_count stale_replies connection_request_count
+	response_bytes ensemble_auth_fail diff_count
+	response_packet_get_children_cache_misses connection_revalidate_count
+	quit_leading_due_to_disloyal_voter snap_count unrecoverable_error_count
+	unsuccessful_handshake commit_count stale_sessions_expired
+	response_packet_get_children_cache_hits sync_processor_request_queued
+	outstanding_changes_queued request_commit_queued ensemble_auth_skip
+	skip_learner_request_to_next_processor_count tls_handshake_exceeded
+	revalidate_count
+`)
+
+// mntrSummaries (avg, min, max, cnt, sum) and mntrPercentileSummaries
+// (those and p50 to p999) follow the gauges, in ZooKeeper's order.
+var mntrSummaries = strings.Fields(`
+	socket_closing_time proposal_process_time leader_unavailable_time
+	node_created_watch_count session_queues_drained write_commit_proc_req_queued
+	connection_token_deficit read_commit_proc_req_queued node_deleted_watch_count
+	startup_txns_load_time sync_processor_queue_size follower_sync_time
+	prep_processor_queue_size fsynctime inflight_snap_count
+	reads_issued_from_session_queue learner_request_processor_queue_size
+	snapshottime unavailable_time startup_txns_loaded
+	reads_after_write_in_session_queue requests_in_session_queue
+	write_commit_proc_issued prep_process_time pending_session_queue_size
+	time_waiting_empty_pool_in_commit_processor_read_ms commit_process_time
+	dbinittime inflight_diff_count netty_queued_buffer_capacity election_time
+	commit_commit_proc_req_queued sync_processor_batch_size
+	node_children_watch_count write_batch_time_in_commit_processor
+	read_commit_proc_issued concurrent_request_processing_in_commit_processor
+	observer_sync_time node_changed_watch_count sync_process_time
+	startup_snap_load_time
+`)
+
+var mntrPercentileSummaries = strings.Fields(`
+	prep_processor_queue_time_ms jvm_pause_time_ms close_session_prep_time
+	read_commitproc_time_ms updatelatency local_write_committed_time_ms
+	request_throttle_queue_time_ms readlatency quorum_ack_latency
+	om_commit_process_time_ms read_final_proc_time_ms commit_propagation_latency
+	dead_watchers_cleaner_latency write_final_proc_time_ms
+	proposal_ack_creation_latency proposal_latency om_proposal_process_time_ms
+	sync_processor_queue_and_flush_time_ms propagation_latency
+	server_write_committed_time_ms sync_processor_queue_time_ms
+	sync_processor_queue_flush_time_ms write_commitproc_time_ms
+`)
+
+// mntrIdle is what an idle ZooKeeper shows for a key coordrun does not
+// keep: -1 for sizes never measured, 0.0 for a probability, else 0.
+func mntrIdle(key string) string {
+	switch key {
+	case "min_proposal_size", "max_proposal_size", "last_proposal_size",
+		"last_client_response_size", "min_client_response_size", "max_client_response_size":
+		return "-1"
+	case "connection_drop_probability":
+		return "0.0"
+	}
+	return "0"
+}
+
+// mntrValues are the gauges and counters coordrun has, by mntr key.
+func (m *Member) mntrValues(mode string, role mntrRole) map[string]string {
+	lmin, lavg, lmax := m.latencyFigures()
+	nodes, eph, size := m.counts()
+	i64 := func(n int64) string { return strconv.FormatInt(n, 10) }
+	v := map[string]string{
+		"version":                    fullVersion(),
+		"server_state":               mode,
+		"ephemerals_count":           strconv.Itoa(eph),
+		"num_alive_connections":      i64(m.stats.connections.Load()),
+		"avg_latency":                lavg,
+		"min_latency":                i64(lmin),
+		"max_latency":                i64(lmax),
+		"outstanding_requests":       i64(m.stats.outstanding.Load()),
+		"znode_count":                strconv.Itoa(nodes),
+		"global_sessions":            strconv.Itoa(m.track.count()),
+		"packets_sent":               i64(m.stats.sent.Load()),
+		"packets_received":           i64(m.stats.received.Load()),
+		"watch_count":                strconv.Itoa(m.watch.count()),
+		"approximate_data_size":      i64(size),
+		"open_file_descriptor_count": strconv.Itoa(openFileDescriptors()),
+		"max_file_descriptor_count":  i64(maxFileDescriptors()),
+		"uptime":                     i64(time.Since(processStart).Milliseconds()),
+		"proposal_count":             i64(int64(histogramCount(m.stats.grouped))),
+		"bytes_received_count":       i64(m.stats.bytesIn.Load()),
+		"response_bytes":             i64(m.stats.bytesOut.Load()),
+	}
+	if role == roleStandalone {
+		return v
+	}
+	var servers []raft.Server
+	if cf := m.raft.GetConfiguration(); cf.Error() == nil {
+		servers = cf.Configuration().Servers
+	}
+	voters := 0
+	for _, s := range servers {
+		if s.Suffrage == raft.Voter {
+			voters++
+		}
+	}
+	v["quorum_size"] = strconv.Itoa(voters)
+	v["peer_state"] = "following - broadcast"
+	if role == roleLeader {
+		v["peer_state"] = "leading - broadcast"
+		learners, synced, observers := m.followerSync(servers)
+		v["learners"] = strconv.Itoa(learners)
+		v["synced_followers"] = strconv.Itoa(synced)
+		v["synced_observers"] = strconv.Itoa(observers)
+	}
+	return v
+}
+
+// syncAnswerWait bounds how long a leader's mntr waits for its followers'
+// status: one that cannot answer within it is not in sync in any sense
+// a monitor cares about.
+const syncAnswerWait = 500 * time.Millisecond
+
+// followerSync asks the other members of the configuration for their
+// status: learners are those that answer, synced the voters among them
+// that follow this member, observers likewise the non-voters. (ZooKeeper
+// counts the followers connected to its leader and done syncing; raft
+// keeps no such record a caller can read, so the members are asked.)
+func (m *Member) followerSync(servers []raft.Server) (learners, synced, observers int) {
+	type answer struct {
+		voter bool
+		st    MemberStatus
+		ok    bool
+	}
+	ctx, cancel := context.WithTimeout(m.ctx, syncAnswerWait)
+	defer cancel()
+	answers := make(chan answer, len(servers))
+	asked := 0
+	for _, s := range servers {
+		if string(s.ID) == m.cfg.ID {
+			continue
+		}
+		asked++
+		m.tr.Go(func() {
+			a := answer{voter: s.Suffrage == raft.Voter}
+			payload, err := m.pool.call(ctx, string(s.Address), rpcStatus, nil)
+			a.ok = err == nil && json.Unmarshal(payload, &a.st) == nil
+			answers <- a
+		})
+	}
+	for ; asked > 0; asked-- {
+		var a answer
+		select {
+		case a = <-answers:
+		case <-ctx.Done():
+			return learners, synced, observers
+		}
+		if !a.ok {
+			continue
+		}
+		learners++
+		if a.st.Leader != m.cfg.ID || a.st.State != "follower" {
+			continue
+		}
+		if a.voter {
+			synced++
+		} else {
+			observers++
+		}
+	}
+	return learners, synced, observers
+}
+
+// followerIDs are the other members of the configuration, in its order.
+func (m *Member) followerIDs() []string {
+	cf := m.raft.GetConfiguration()
+	if cf.Error() != nil {
+		return nil
+	}
+	var ids []string
+	for _, s := range cf.Configuration().Servers {
+		if string(s.ID) != m.cfg.ID {
+			ids = append(ids, string(s.ID))
+		}
+	}
+	return ids
+}
+
+// zkSummary is one of ZooKeeper's summaries in whole milliseconds (or
+// units): count, sum, bounds and the p50, p95, p99 and p999 percentiles.
+type zkSummary struct {
+	cnt, sum, min, max int64
+	pct                [4]int64
+	sumExact           float64 // the sum before rounding, for the average
+}
+
+func (s zkSummary) avg() float64 {
+	if s.cnt == 0 {
+		return 0
+	}
+	return s.sumExact / float64(s.cnt)
+}
+
+// updateOps are the requests ZooKeeper times as updatelatency: those that
+// become a transaction. Every other request is a read.
+var updateOps = func() map[string]bool {
+	ops := map[string]bool{}
+	for _, op := range []int32{wire.OpCreate, wire.OpCreate2, wire.OpCreateContainer, wire.OpCreateTTL,
+		wire.OpDelete, wire.OpDeleteContainer, wire.OpSetData, wire.OpSetACL, wire.OpCheck,
+		wire.OpMulti, wire.OpReconfig, wire.OpCreateSession, wire.OpCloseSession} {
+		ops[wire.OpName(op)] = true
+	}
+	return ops
+}()
+
+// latencySummaries are readlatency and updatelatency from the request
+// duration histogram, which never resets, as ZooKeeper's summaries do
+// not. cnt and sum (hence avg) are exact; min, max and the percentiles
+// are bounds of the histogram's buckets (min the lower bound of the first
+// bucket used, the others the upper bound of the bucket they fall in),
+// in whole milliseconds.
+func (m *Member) latencySummaries() map[string]zkSummary {
+	type merged struct {
+		cnt    uint64
+		sum    float64
+		bounds []float64
+		cum    []uint64
+	}
+	groups := map[string]*merged{"readlatency": {}, "updatelatency": {}}
+	ch := make(chan prometheus.Metric)
+	go func() {
+		m.stats.latency.Collect(ch)
+		close(ch)
+	}()
+	for pm := range ch {
+		var d dto.Metric
+		if pm.Write(&d) != nil || d.GetHistogram() == nil {
+			continue
+		}
+		name := "readlatency"
+		for _, l := range d.GetLabel() {
+			if l.GetName() == "op" && updateOps[l.GetValue()] {
+				name = "updatelatency"
+			}
+		}
+		g, h := groups[name], d.GetHistogram()
+		g.cnt += h.GetSampleCount()
+		g.sum += h.GetSampleSum()
+		for i, bk := range h.GetBucket() {
+			if i == len(g.bounds) {
+				g.bounds = append(g.bounds, bk.GetUpperBound())
+				g.cum = append(g.cum, 0)
+			}
+			g.cum[i] += bk.GetCumulativeCount()
+		}
+	}
+	out := map[string]zkSummary{}
+	for name, g := range groups {
+		s := zkSummary{cnt: int64(g.cnt), sumExact: g.sum * 1e3, sum: int64(math.Round(g.sum * 1e3))}
+		if g.cnt > 0 && len(g.bounds) > 0 {
+			ms := func(sec float64) int64 { return int64(math.Floor(sec * 1e3)) }
+			// upper is the bound of the first bucket holding more than
+			// n samples; past the last bucket, its bound is all that is
+			// known.
+			upper := func(n uint64) int64 {
+				for i, c := range g.cum {
+					if c > n {
+						return ms(g.bounds[i])
+					}
+				}
+				return ms(g.bounds[len(g.bounds)-1])
+			}
+			for i, c := range g.cum {
+				if c > 0 {
+					if i > 0 {
+						s.min = ms(g.bounds[i-1])
+					}
+					break
+				}
+			}
+			s.max = upper(g.cnt - 1)
+			for i, q := range [...]float64{0.5, 0.95, 0.99, 0.999} {
+				s.pct[i] = upper(uint64(math.Ceil(q*float64(g.cnt))) - 1)
+			}
+		}
+		out[name] = s
+	}
+	return out
+}
+
+// histogramCount is how many observations h has had.
+func histogramCount(h prometheus.Histogram) uint64 {
+	var d dto.Metric
+	if h.Write(&d) != nil {
+		return 0
+	}
+	return d.GetHistogram().GetSampleCount()
+}
+
+// envi is ZooKeeper's environment listing with the keys that apply to a
+// Go process. The JVM's java.* properties have no counterpart; go.version
+// takes java.version's place.
+func (m *Member) envi() string {
+	host, _ := os.Hostname()
+	userName, home := os.Getenv("USER"), os.Getenv("HOME")
+	if u, err := user.Current(); err == nil {
+		userName, home = u.Username, u.HomeDir
+	}
+	cwd, _ := os.Getwd()
+	free, limit, total := memoryFigures()
+	mb := func(n uint64) string { return strconv.FormatUint(n>>20, 10) + "MB" }
+	var b strings.Builder
+	b.WriteString("Environment:\n")
+	for _, kv := range [][2]string{
+		{"zookeeper.version", fullVersion()},
+		{"host.name", host},
+		{"go.version", runtime.Version()},
+		{"os.name", kernelName()},
+		{"os.arch", runtime.GOARCH},
+		{"os.version", kernelRelease()},
+		{"user.name", userName},
+		{"user.home", home},
+		{"user.dir", cwd},
+		{"os.memory.free", mb(free)},
+		{"os.memory.max", mb(limit)},
+		{"os.memory.total", mb(total)},
+	} {
+		b.WriteString(kv[0])
+		b.WriteByte('=')
+		b.WriteString(kv[1])
 		b.WriteByte('\n')
 	}
 	return b.String()
 }
 
-func (m *Member) envi() string {
-	host, _ := os.Hostname()
-	var b strings.Builder
-	b.WriteString("Environment:\n")
-	fmt.Fprintf(&b, "zookeeper.version=%s, built on unknown\n", Version)
-	fmt.Fprintf(&b, "host.name=%s\n", host)
-	fmt.Fprintf(&b, "go.version=%s\n", runtime.Version())
-	fmt.Fprintf(&b, "os.name=%s\n", runtime.GOOS)
-	fmt.Fprintf(&b, "os.arch=%s\n", runtime.GOARCH)
-	fmt.Fprintf(&b, "user.dir=%s\n", m.cfg.DataDir)
-	return b.String()
-}
-
-// conf lists the ensemble in ZooKeeper's dynamic-config style, which is
-// also what /zookeeper/config holds.
+// conf is ZooKeeper 3.8's conf: the server's settings, and for a member of
+// a quorum its peer settings and the membership in ZooKeeper's config
+// syntax (server.<id>=host:quorumPort:electionPort:role, then the
+// configuration's version in hex, without a final newline, as ZooKeeper
+// prints it). Left out are ZooKeeper's tick-based settings (tickTime,
+// initLimit, syncLimit) and electionAlg: raft's heartbeat and election
+// timeouts govern coordrun instead. The data and log dirs are both the
+// member's data dir, which holds raft's log and snapshots.
 func (m *Member) conf() string {
+	dir, err := filepath.Abs(m.cfg.DataDir)
+	if err != nil {
+		dir = m.cfg.DataDir
+	}
+	size := dirSize(dir)
+	// A TLS client port is what ZooKeeper calls its secure client port;
+	// coordrun serves one or the other, never both.
+	port, secure := portOf(m.ClientAddr()), -1
+	if m.cfg.ClientTLS != nil {
+		port, secure = -1, port
+	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "clientPort=%d\n", portOf(m.ClientAddr()))
-	fmt.Fprintf(&b, "dataDir=%s\n", m.cfg.DataDir)
-	fmt.Fprintf(&b, "maxSessionTimeout=%d\n", m.cfg.MaxSessionTimeout.Milliseconds())
+	fmt.Fprintf(&b, "clientPort=%d\n", port)
+	fmt.Fprintf(&b, "secureClientPort=%d\n", secure)
+	fmt.Fprintf(&b, "dataDir=%s\n", dir)
+	fmt.Fprintf(&b, "dataDirSize=%d\n", size)
+	fmt.Fprintf(&b, "dataLogDir=%s\n", dir)
+	fmt.Fprintf(&b, "dataLogSize=%d\n", size)
+	// coordrun limits no client host's connections: ZooKeeper's 0.
+	b.WriteString("maxClientCnxns=0\n")
 	fmt.Fprintf(&b, "minSessionTimeout=%d\n", m.cfg.MinSessionTimeout.Milliseconds())
+	fmt.Fprintf(&b, "maxSessionTimeout=%d\n", m.cfg.MaxSessionTimeout.Milliseconds())
+	// The listener's backlog is the system's: ZooKeeper's -1, unset.
+	b.WriteString("clientPortListenBacklog=-1\n")
 	fmt.Fprintf(&b, "serverId=%s\n", m.cfg.ID)
-	if cf := m.raft.GetConfiguration(); cf.Error() == nil {
-		for _, s := range cf.Configuration().Servers {
-			fmt.Fprintf(&b, "server.%s=%s:participant\n", s.ID, s.Address)
+	if m.mode() == "standalone" {
+		return b.String()
+	}
+	cf := m.raft.GetConfiguration()
+	if cf.Error() != nil {
+		return b.String()
+	}
+	// One peer port carries raft's elections and its replication alike.
+	peer := portOf(m.PeerAddr())
+	peerType := 0 // participant
+	for _, s := range cf.Configuration().Servers {
+		if string(s.ID) == m.cfg.ID && s.Suffrage != raft.Voter {
+			peerType = 1 // observer
 		}
 	}
+	fmt.Fprintf(&b, "electionPort=%d\n", peer)
+	fmt.Fprintf(&b, "quorumPort=%d\n", peer)
+	fmt.Fprintf(&b, "peerType=%d\n", peerType)
+	b.WriteString("membership: \n")
+	for _, s := range cf.Configuration().Servers {
+		role := "participant"
+		if s.Suffrage != raft.Voter {
+			role = "observer"
+		}
+		host, p, err := net.SplitHostPort(string(s.Address))
+		if err != nil {
+			host, p = string(s.Address), "0"
+		}
+		if strings.Contains(host, ":") {
+			host = "[" + host + "]"
+		}
+		fmt.Fprintf(&b, "server.%s=%s:%s:%s:%s\n", s.ID, host, p, p, role)
+	}
+	fmt.Fprintf(&b, "version=%x", cf.Index())
 	return b.String()
 }
 
