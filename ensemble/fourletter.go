@@ -243,16 +243,16 @@ func (m *Member) clientLines(self net.Conn) []string {
 //   - gauges: min/max/last_proposal_size, last/min/max_client_response_size,
 //     non_mtls_remote/local_conn_count, connection_drop_probability,
 //     auth_failed_count, local_sessions (coordrun has none),
-//     outstanding_tls_handshake, watch_bytes, pending_syncs (syncs are
-//     answered from raft's read index, not queued on the leader),
+//     outstanding_tls_handshake, pending_syncs (syncs are answered
+//     from raft's read index, not queued on the leader),
 //     leader_uptime (the member does not record when it took the lead),
 //     synced_non_voting_followers (raft non-voters count as observers);
 //   - every counter but proposal_count, bytes_received_count and
 //     response_bytes (coordrun's counts bytes sent in all, notifications
 //     and framing included);
-//   - every summary but readlatency and updatelatency, and the
-//     learner_handler_qp_size and learner_handler_qp_time_ms sets (one per
-//     follower, as a leader shows them).
+//   - every summary but readlatency and updatelatency;
+//   - the learner_handler_qp_size and learner_handler_qp_time_ms sets,
+//     printed once per follower, as a leader prints them.
 //
 // A summary prints avg (a Java double), min, max, cnt, sum, and for
 // ZooKeeper's percentile summaries p50, p95, p99 and p999. The
