@@ -96,7 +96,9 @@ type flwAnswer struct {
 
 var (
 	srvrLine = regexp.MustCompile(`^([A-Z][A-Za-z /]*): (.*)$`)
-	mntrLine = regexp.MustCompile(`^([a-z][a-z0-9_]*)\t(.*)$`)
+	// A key may hold a top-level znode's name (the per-namespace
+	// summaries), and those can be almost anything but a tab.
+	mntrLine = regexp.MustCompile(`^([^\t]+)\t(.*)$`)
 	confLine = regexp.MustCompile(`^([A-Za-z][A-Za-z0-9_.]*)=(.*)$`)
 	// The members' ids in mntr's per-learner keys and conf's servers.
 	learnerID = regexp.MustCompile(`^(zk_[a-z0-9]+_)[^_]+(_learner_handler_qp_)`)
@@ -471,6 +473,7 @@ func TestFourLetterCheckerBites(t *testing.T) {
 		{"keys swapped", "srvr", zkSrvrSample, strings.Replace(zkSrvrSample, "Received: 25\nSent: 26\n", "Sent: 26\nReceived: 25\n", 1),
 			`order: key 3 is "Sent", ZooKeeper has "Received" there`},
 		{"a line of no syntax", "mntr", zkMntrSample, zkMntrSample + "zk_extra 1\n", `fits no mntr line`},
+		{"a line of no syntax, at the start", "srvr", zkSrvrSample, "Zookeeper version 3.8.4\n" + zkSrvrSample[strings.Index(zkSrvrSample, "\n")+1:], `fits no srvr line`},
 		{"an own key that is no number", "mntr", zkMntrSample, zkMntrSample + "coordrun_role\tleader\n", `not a number`},
 		{"no final newline", "srvr", zkSrvrSample, strings.TrimSuffix(zkSrvrSample, "\n"), "ends in a newline"},
 		{"a server line of another syntax", "conf", zkConfSample,
