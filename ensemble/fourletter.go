@@ -731,33 +731,20 @@ func (m *Member) conf() string {
 	if cf.Error() != nil {
 		return b.String()
 	}
-	// One peer port carries raft's elections and its replication alike.
-	peer := portOf(m.PeerAddr())
+	// One peer port carries raft's replication and its elections: it is
+	// the quorum port, and there is no election port of ZooKeeper's kind
+	// (0, as in the membership lines).
 	peerType := 0 // participant
 	for _, s := range cf.Configuration().Servers {
 		if string(s.ID) == m.cfg.ID && s.Suffrage != raft.Voter {
 			peerType = 1 // observer
 		}
 	}
-	fmt.Fprintf(&b, "electionPort=%d\n", peer)
-	fmt.Fprintf(&b, "quorumPort=%d\n", peer)
+	b.WriteString("electionPort=0\n")
+	fmt.Fprintf(&b, "quorumPort=%d\n", portOf(m.PeerAddr()))
 	fmt.Fprintf(&b, "peerType=%d\n", peerType)
 	b.WriteString("membership: \n")
-	for _, s := range cf.Configuration().Servers {
-		role := "participant"
-		if s.Suffrage != raft.Voter {
-			role = "observer"
-		}
-		host, p, err := net.SplitHostPort(string(s.Address))
-		if err != nil {
-			host, p = string(s.Address), "0"
-		}
-		if strings.Contains(host, ":") {
-			host = "[" + host + "]"
-		}
-		fmt.Fprintf(&b, "server.%s=%s:%s:%s:%s\n", s.ID, host, p, p, role)
-	}
-	fmt.Fprintf(&b, "version=%x", cf.Index())
+	b.Write(m.configText())
 	return b.String()
 }
 

@@ -170,16 +170,21 @@ func decodeMemberChange(b []byte) (memberChange, error) {
 	return ch, d.Err()
 }
 
-// configText is the current member set as /zookeeper/config will hold it
-// once committed, for the reply to a reconfig.
+// configText is the current member set as /zookeeper/config holds it once
+// committed, for the reply to a reconfig and for conf.
 func (m *Member) configText() []byte {
 	cf := m.raft.GetConfiguration()
 	if cf.Error() != nil {
 		return nil
 	}
-	version := int64(cf.Index())
-	if m.fsm.grouped.Load() {
+	// Versioned as the FSM versions it (applyConfiguration).
+	var version int64
+	switch {
+	case cf.Index() <= 1:
+	case m.fsm.grouped.Load():
 		version = groupZxid(cf.Index(), 0)
+	default:
+		version = int64(cf.Index())
 	}
 	return zkConfigText(cf.Configuration().Servers, version)
 }
