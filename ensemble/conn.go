@@ -62,7 +62,7 @@ type host interface {
 	register(c *conn) bool
 	unregister(c *conn)
 	// reconfig serves a reconfig request from remote.
-	reconfig(ctx context.Context, remote net.Addr, req *wire.ReconfigRequest) ([]byte, wire.Code)
+	reconfig(ctx context.Context, remote net.Addr, req *wire.ReconfigRequest) ([]byte, wire.Stat, wire.Code)
 }
 
 // connEnv is what the connections of a member share.
@@ -421,11 +421,11 @@ func (c *conn) start(hdr wire.RequestHeader, d *wire.Decoder) (slot, error) {
 		rr := req.Reconfig
 		return slot{finish: func() []byte {
 			zxid := c.zxid()
-			config, code := h.reconfig(c.env.ctx, c.nc.RemoteAddr(), rr)
+			config, st, code := h.reconfig(c.env.ctx, c.nc.RemoteAddr(), rr)
 			if code != wire.OK {
 				return zk.ErrorReply(xid, zxid, code)
 			}
-			return zk.ReconfigReply(xid, c.zxid(), config)
+			return zk.ReconfigReply(xid, c.zxid(), config, st)
 		}}, nil
 	case zk.KindRead:
 		// Only reads keep their request: writes are planned here.

@@ -744,7 +744,8 @@ func (m *Member) conf() string {
 	fmt.Fprintf(&b, "quorumPort=%d\n", portOf(m.PeerAddr()))
 	fmt.Fprintf(&b, "peerType=%d\n", peerType)
 	b.WriteString("membership: \n")
-	b.Write(m.configText())
+	data, _ := m.configData()
+	b.Write(data)
 	return b.String()
 }
 

@@ -12,7 +12,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/coordrun/coordrun/ensemble/tree"
 	"github.com/coordrun/coordrun/ensemble/wire"
+	"github.com/coordrun/coordrun/ensemble/zk"
 	"github.com/hashicorp/raft"
 )
 
@@ -170,23 +172,16 @@ func decodeMemberChange(b []byte) (memberChange, error) {
 	return ch, d.Err()
 }
 
-// configText is the current member set as /zookeeper/config holds it once
-// committed, for the reply to a reconfig and for conf.
-func (m *Member) configText() []byte {
-	cf := m.raft.GetConfiguration()
-	if cf.Error() != nil {
-		return nil
-	}
-	// Versioned as the FSM versions it (applyConfiguration).
-	var version int64
-	switch {
-	case cf.Index() <= 1:
-	case m.fsm.grouped.Load():
-		version = groupZxid(cf.Index(), 0)
-	default:
-		version = int64(cf.Index())
-	}
-	return zkConfigText(cf.Configuration().Servers, version)
+// configData is /zookeeper/config as this member has applied it: the
+// membership last committed, in ZooKeeper's form (empty on a lone member).
+func (m *Member) configData() ([]byte, wire.Stat) {
+	var data []byte
+	var st tree.Stat
+	m.fsm.view(func(t *tree.Tree, _ int64) {
+		// The node is world-readable and cannot be deleted.
+		data, st, _ = t.Get("/zookeeper/config", nil)
+	})
+	return data, zk.StatOf(st)
 }
 
 // zkConfigText renders servers in ZooKeeper's dynamic-configuration form,
@@ -229,24 +224,36 @@ func zkConfigText(servers []raft.Server, version int64) []byte {
 }
 
 // reconfig serves a client's reconfig request (opcode 16) from remote and
-// returns the new configuration, or the error code to answer with.
-func (m *Member) reconfig(ctx context.Context, remote net.Addr, req *wire.ReconfigRequest) ([]byte, wire.Code) {
+// returns the new configuration with its stat, or the error code to answer
+// with.
+func (m *Member) reconfig(ctx context.Context, remote net.Addr, req *wire.ReconfigRequest) ([]byte, wire.Stat, wire.Code) {
 	if !m.adminAllowed(remote) {
-		return nil, wire.ErrReconfigDisabled
+		return nil, wire.Stat{}, wire.ErrReconfigDisabled
 	}
 	ch, err := parseReconfig(req)
 	if err != nil {
 		m.log.Info("bad reconfig", "remote", remote.String(), "err", err)
-		return nil, wire.ErrBadArguments
+		return nil, wire.Stat{}, wire.ErrBadArguments
 	}
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	if err := m.changeMembers(ctx, ch); err != nil {
 		m.log.Warn("reconfig failed", "remote", remote.String(), "err", err)
 		if errors.Is(err, errBadChange) {
-			return nil, wire.ErrBadArguments
+			return nil, wire.Stat{}, wire.ErrBadArguments
 		}
-		return nil, wire.ErrNewConfigNoQuorum
+		return nil, wire.Stat{}, wire.ErrNewConfigNoQuorum
 	}
-	return m.configText(), wire.OK
+	// As ZooKeeper, answer with /zookeeper/config holding the new
+	// configuration: once this member has applied it.
+	idx, err := m.readIndex(ctx)
+	if err == nil {
+		err = m.fsm.waitApplied(ctx, idx)
+	}
+	if err != nil {
+		m.log.Warn("reconfig committed, but this member did not catch up", "remote", remote.String(), "err", err)
+		return nil, wire.Stat{}, wire.ErrConnectionLoss
+	}
+	data, st := m.configData()
+	return data, st, wire.OK
 }

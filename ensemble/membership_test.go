@@ -105,6 +105,9 @@ func TestMembershipAddRemoveUnderTraffic(t *testing.T) {
 	if !strings.HasSuffix(string(data), wantTail) || st.Mzxid <= 0 || st.Version != -1 {
 		t.Fatalf("/zookeeper/config after adding member 4: %q %+v, want it to end in %q", data, st, wantTail)
 	}
+	if !bytes.Equal(out, data) {
+		t.Errorf("reconfig answered %q, /zookeeper/config holds %q", out, data)
+	}
 	testkit.WaitFor(t, 10*time.Second, "member 4 publishes the same configuration", func() bool {
 		d4, st4, err := testkit.DialZK(t, []string{m4.ClientAddr()}, 4*time.Second).Get("/zookeeper/config")
 		return err == nil && bytes.Equal(d4, data) && st4.Mzxid == st.Mzxid

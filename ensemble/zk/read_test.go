@@ -427,10 +427,11 @@ func TestPlainReplies(t *testing.T) {
 	if err := sr.Decode(d); err != nil || h.Err != wire.OK || sr.Path != "/s" {
 		t.Errorf("SyncReply: %+v %+v", h, sr)
 	}
-	h, d = reply(t, zk.ReconfigReply(7, 9, []byte("server.1=a:1:participant\n")))
+	h, d = reply(t, zk.ReconfigReply(7, 9, []byte("server.1=a:1:0:participant\nversion=5"), wire.Stat{Mzxid: 5, Version: -1, DataLength: 36}))
 	var gd wire.GetDataResponse
-	if err := gd.Decode(d); err != nil || h.Err != wire.OK || string(gd.Data) != "server.1=a:1:participant\n" {
-		t.Errorf("ReconfigReply: %+v %q", h, gd.Data)
+	if err := gd.Decode(d); err != nil || h.Err != wire.OK || string(gd.Data) != "server.1=a:1:0:participant\nversion=5" ||
+		gd.Stat.Mzxid != 5 || gd.Stat.Version != -1 || gd.Stat.DataLength != 36 {
+		t.Errorf("ReconfigReply: %+v %q %+v", h, gd.Data, gd.Stat)
 	}
 	h, d = reply(t, zk.NotificationFrame(wire.WatcherEvent{Type: wire.EventNodeDeleted, State: wire.StateSyncConnected, Path: "/n"}, 5))
 	var we wire.WatcherEvent

@@ -38,10 +38,10 @@ func SyncReply(xid int32, zxid int64, path string) []byte {
 }
 
 // ReconfigReply answers a reconfig with the new configuration, as ZooKeeper
-// does: the data of /zookeeper/config.
-func ReconfigReply(xid int32, zxid int64, config []byte) []byte {
+// does: the data of /zookeeper/config and its stat.
+func ReconfigReply(xid int32, zxid int64, config []byte, st wire.Stat) []byte {
 	return reply(xid, zxid, func(e *wire.Encoder) wire.Code {
-		(&wire.GetDataResponse{Data: config}).Encode(e)
+		(&wire.GetDataResponse{Data: config, Stat: st}).Encode(e)
 		return wire.OK
 	})
 }
