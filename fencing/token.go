@@ -20,6 +20,9 @@ const (
 	// EnvScheduledTime holds the time the run was scheduled for, when a
 	// schedule started it.
 	EnvScheduledTime = "COORDRUN_SCHEDULED_TIME"
+	// EnvAttempt holds which run of a scheduled firing this is: 1, or
+	// more once runs lost with their host were run again.
+	EnvAttempt = "COORDRUN_ATTEMPT"
 
 	// EnvVar is the old name of EnvToken.
 	//

@@ -1,12 +1,16 @@
 package supervisor
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"os"
+	"path"
+	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -187,6 +191,11 @@ type cronHost struct {
 	s *session
 	o CronOptions
 
+	// hostNode is this host's node under every job's hosts/, named by
+	// its session: firing records name it, so that the others can tell
+	// when a firing was lost with this host.
+	hostNode string
+
 	mu          sync.Mutex
 	sigs        map[chan os.Signal]struct{}
 	stopping    bool // a terminating signal came: start no more jobs
@@ -220,7 +229,8 @@ func (h *cronHost) register(ctx context.Context, j *CronJob) error {
 	hb, _ := json.Marshal(hi)
 	// Named by session, so a create retried after a lost reply finds its
 	// own node instead of leaving a second one.
-	host := p.host(fmt.Sprintf("%s-%d-%x", hi.Host, hi.PID, c.SessionID()))
+	h.hostNode = fmt.Sprintf("%s-%d-%x", hi.Host, hi.PID, c.SessionID())
+	host := p.host(h.hostNode)
 	for {
 		_, err := c.Set(ctx, p.dir(), b, -1)
 		if err == nil {
@@ -245,6 +255,8 @@ func (h *cronHost) schedule(ctx context.Context, j *CronJob) {
 			go func() { defer runs.Done(); h.fire(ctx, j, t, true) }()
 		}
 	}
+	runs.Add(1)
+	go func() { defer runs.Done(); h.watchLosses(ctx, j, &runs) }()
 	next := j.Next(h.o.Now())
 	for {
 		// Sleep until this host's clock reaches the firing; re-check on
@@ -275,7 +287,7 @@ func (h *cronHost) fire(ctx context.Context, j *CronJob, at time.Time, catchUp b
 	node := h.paths(j).firing(at)
 	hi := holderInfo(j.Argv, h.s.c.SessionTimeout(), h.o.KillGrace+h.s.margin)
 	rec := FiringRecord{Job: j.Name, Scheduled: at.UTC(), State: FiringClaimed, Host: hi.Host, PID: hi.PID,
-		Nonce: recipe.Nonce(), Claimed: time.Now().UTC()}
+		Nonce: recipe.Nonce(), Claimed: time.Now().UTC(), HostNode: h.hostNode, Attempt: 1}
 	if catchUp {
 		rec.Reason = "catch-up"
 	}
@@ -294,29 +306,157 @@ func (h *cronHost) fire(ctx context.Context, j *CronJob, at time.Time, catchUp b
 		return
 	}
 	log.Info("firing claimed", "job", j.Name, "scheduled", at.Format(time.RFC3339), "catch_up", catchUp)
-	h.runFiring(ctx, j, node, &rec)
+	// The claim created the node: version 0.
+	h.runClaimed(ctx, j, node, &rec, 0)
+}
+
+// runClaimed runs a firing this host claimed (v: the record's version
+// the claim left) and tidies up.
+func (h *cronHost) runClaimed(ctx context.Context, j *CronJob, node string, rec *FiringRecord, v int32) {
+	h.runFiring(ctx, j, node, rec, v)
 	if h.o.OnFire != nil {
-		h.o.OnFire(j.Name, rec)
+		h.o.OnFire(j.Name, *rec)
 	}
 	// Every record younger than the horizon (or the catch-up window, if
 	// longer) is kept.
 	pruneFirings(ctx, h.s.c, h.paths(j), j.History, h.o.Now().Add(-max(pruneHorizon, j.CatchUp)))
 }
 
-// record writes the firing's record and returns the node's new version,
-// or -1 if it could not.
-func (h *cronHost) record(ctx context.Context, node string, rec *FiringRecord) int32 {
-	v, err := writeRecord(ctx, h.s.c, node, rec)
-	if err != nil {
-		h.s.log.Warn("could not record firing", "node", node, "err", err)
+// watchLosses notices the firings of j lost with their host: a record
+// that says claimed or running while the host node it names is gone (its
+// session ended). It looks whenever the set of hosts changes, and once at
+// start for losses no host was there to see.
+func (h *cronHost) watchLosses(ctx context.Context, j *CronJob, runs *sync.WaitGroup) {
+	p := h.paths(j)
+	for ctx.Err() == nil {
+		live, _, ev, err := h.s.c.ChildrenW(ctx, p.hosts())
+		if err != nil {
+			if ctx.Err() == nil && !errors.Is(err, client.ErrConnectionLoss) {
+				h.s.log.Warn("cannot watch the job's hosts", "job", j.Name, "err", err)
+			}
+			// A lost connection comes back or ends the session, which
+			// ends the cron process; either way, look again shortly.
+			t := time.NewTimer(time.Second)
+			select {
+			case <-ctx.Done():
+			case <-t.C:
+			}
+			t.Stop()
+			continue
+		}
+		h.scanLosses(ctx, j, live, runs)
+		select {
+		case <-ctx.Done():
+		case <-ev:
+		}
 	}
-	return v
 }
 
-// runFiring runs a claimed firing under the job's lock. The firing's
-// record and the lock's nodes are watched while the job runs: if another
-// client deletes or changes them, the run is stopped.
-func (h *cronHost) runFiring(ctx context.Context, j *CronJob, node string, rec *FiringRecord) {
+// scanLosses records each firing of j whose claimant is not among live
+// hosts. The first host to write it (a write conditional on the record's
+// version, so exactly one does) claims the firing again when retry-lost
+// allows another run, and runs it; otherwise it records the firing lost.
+func (h *cronHost) scanLosses(ctx context.Context, j *CronJob, live []string, runs *sync.WaitGroup) {
+	p := h.paths(j)
+	kids, _, err := h.s.c.Children(ctx, p.firings())
+	if err != nil {
+		return
+	}
+	alive := make(map[string]bool, len(live))
+	for _, n := range live {
+		alive[n] = true
+	}
+	// A firing this old is not run again: its record is about to be
+	// pruned, and a host clock that lags would take it for a new one.
+	retryFrom := h.o.Now().Add(-max(pruneHorizon, j.CatchUp))
+	for _, k := range kids {
+		node := path.Join(p.firings(), k)
+		b, st, err := h.s.c.Get(ctx, node)
+		if err != nil {
+			continue
+		}
+		var rec FiringRecord
+		if json.Unmarshal(b, &rec) != nil || rec.HostNode == "" || alive[rec.HostNode] ||
+			(rec.State != FiringClaimed && rec.State != FiringRunning) {
+			continue
+		}
+		now := time.Now().UTC()
+		attempt := max(rec.Attempt, 1)
+		lost := LostAttempt{Attempt: attempt, Host: rec.Host, PID: rec.PID, Token: rec.Token, Start: rec.Start,
+			Lost: now, LostBy: h.hostNode, Reason: "its host's session ended while it " + string(rec.State)}
+		next := rec
+		next.Earlier = append(slices.Clone(rec.Earlier), lost)
+		retry := attempt <= j.RetryLost && !rec.Scheduled.Before(retryFrom)
+		if retry {
+			hi := holderInfo(j.Argv, h.s.c.SessionTimeout(), h.o.KillGrace+h.s.margin)
+			next.State, next.Reason = FiringClaimed, fmt.Sprintf("run again after attempt %d was lost", attempt)
+			next.Host, next.PID, next.Nonce, next.Claimed, next.HostNode = hi.Host, hi.PID, recipe.Nonce(), now, h.hostNode
+			next.Attempt, next.Token, next.Start, next.End, next.ExitCode = attempt+1, 0, time.Time{}, time.Time{}, nil
+		} else {
+			next.State, next.Reason = FiringLost, lost.Reason
+		}
+		nb, _ := json.Marshal(next)
+		nst, err := h.s.c.Set(ctx, node, nb, st.Version)
+		if err != nil {
+			// BADVERSION: another host recorded it first.
+			continue
+		}
+		h.s.log.Warn("firing lost with its host", "job", j.Name, "scheduled", rec.Scheduled.Format(time.RFC3339),
+			"host", rec.Host, "pid", rec.PID, "attempt", attempt, "run_again", retry)
+		if !retry {
+			if h.o.OnFire != nil {
+				h.o.OnFire(j.Name, next)
+			}
+			continue
+		}
+		runs.Add(1)
+		go func() { defer runs.Done(); h.runClaimed(ctx, j, node, &next, nst.Version) }()
+	}
+}
+
+// record writes the firing's record over the version this host last
+// wrote, *ver, and advances *ver; it returns the new version, or -1 if it
+// could not write. A record changed by another host since (one that found
+// this host gone and recorded the loss) is left as it is.
+func (h *cronHost) record(ctx context.Context, node string, rec *FiringRecord, ver *int32) int32 {
+	b, _ := json.Marshal(rec)
+	for {
+		st, err := h.s.c.Set(ctx, node, b, *ver)
+		if err == nil {
+			*ver = st.Version
+			return st.Version
+		}
+		if errors.Is(err, client.ErrConnectionLoss) {
+			// The write may have gone through: the record says.
+			got, st, gerr := h.s.c.Get(ctx, node)
+			switch {
+			case gerr != nil && ctx.Err() == nil && errors.Is(gerr, client.ErrConnectionLoss):
+				continue
+			case gerr == nil && bytes.Equal(got, b):
+				*ver = st.Version
+				return st.Version
+			case gerr == nil && st.Version == *ver:
+				continue
+			case gerr == nil:
+				err = wire.ErrBadVersion
+			default:
+				err = gerr
+			}
+		}
+		if errors.Is(err, wire.ErrBadVersion) {
+			h.s.log.Warn("firing record changed by another host; leaving it", "node", node)
+		} else {
+			h.s.log.Warn("could not record firing", "node", node, "err", err)
+		}
+		return -1
+	}
+}
+
+// runFiring runs a claimed firing under the job's lock; claimVersion is
+// the version of the record the claim left. The firing's record and the
+// lock's nodes are watched while the job runs: if another client deletes
+// or changes them, the run is stopped.
+func (h *cronHost) runFiring(ctx context.Context, j *CronJob, node string, rec *FiringRecord, claimVersion int32) {
 	log := h.s.log
 	// Records must be written even while shutting down, as long as the
 	// session may live.
@@ -325,7 +465,7 @@ func (h *cronHost) runFiring(ctx context.Context, j *CronJob, node string, rec *
 	e, err := h.s.enter(wctx, h.paths(j).lock(), j.Argv)
 	if err != nil {
 		rec.State, rec.Reason = FiringLost, err.Error()
-		h.record(wctx, node, rec)
+		h.record(wctx, node, rec, &claimVersion)
 		return
 	}
 	defer func() { _ = h.s.release(wctx, e) }()
@@ -339,14 +479,14 @@ func (h *cronHost) runFiring(ctx context.Context, j *CronJob, node string, rec *
 		if !errors.Is(err, ErrNotAcquired) {
 			rec.State, rec.Reason = FiringLost, err.Error()
 		}
-		h.record(wctx, node, rec)
+		h.record(wctx, node, rec, &claimVersion)
 		return
 	}
 	hctx, stopWatch := context.WithCancel(wctx)
 	defer stopWatch()
 	standing := e.WatchStanding(hctx)
 	rec.State, rec.Token, rec.Start = FiringRunning, e.Token(), time.Now().UTC()
-	v := h.record(wctx, node, rec)
+	v := h.record(wctx, node, rec, &claimVersion)
 	claim, _ := recipe.WatchNodes(hctx, h.s.c, []recipe.Watched{{Path: node, OK: func(st wire.Stat) bool { return st.Version == v }}})
 
 	// Register for signals and check for a stop in one step: a job
@@ -356,7 +496,7 @@ func (h *cronHost) runFiring(ctx context.Context, j *CronJob, node string, rec *
 	if h.stopping {
 		h.mu.Unlock()
 		rec.State, rec.Reason = FiringLost, "host stopping"
-		h.record(wctx, node, rec)
+		h.record(wctx, node, rec, &claimVersion)
 		return
 	}
 	h.sigs[sigs] = struct{}{}
@@ -371,9 +511,10 @@ func (h *cronHost) runFiring(ctx context.Context, j *CronJob, node string, rec *
 	hd := &holding{s: h.s, e: e, sigs: pump, standing: mergeLosses(hctx, standing, claim)}
 	code, err := hd.waitToStart(ctx, 0)
 	if err == nil && code == 0 {
-		extra := fencing.EnvScheduledTime + "=" + rec.Scheduled.Format(time.RFC3339)
-		log.Info("running", "job", j.Name, "scheduled", rec.Scheduled.Format(time.RFC3339), "token", e.Token())
-		spec := jobSpec{exe: h.o.Exe, argv: j.Argv, env: h.o.Env, lockEnv: lockEnv(j.Name, e, extra), grace: h.o.KillGrace}
+		extra := []string{fencing.EnvScheduledTime + "=" + rec.Scheduled.Format(time.RFC3339),
+			fencing.EnvAttempt + "=" + strconv.Itoa(max(rec.Attempt, 1))}
+		log.Info("running", "job", j.Name, "scheduled", rec.Scheduled.Format(time.RFC3339), "token", e.Token(), "attempt", max(rec.Attempt, 1))
+		spec := jobSpec{exe: h.o.Exe, argv: j.Argv, env: h.o.Env, lockEnv: lockEnv(j.Name, e, extra...), grace: h.o.KillGrace}
 		code, err = hd.run(hctx, spec, nil)
 	}
 	rec.End = time.Now().UTC()
@@ -387,7 +528,7 @@ func (h *cronHost) runFiring(ctx context.Context, j *CronJob, node string, rec *
 		rec.State, rec.Reason = FiringLost, err.Error()
 	}
 	log.Info("finished", "job", j.Name, "scheduled", rec.Scheduled.Format(time.RFC3339), "exit", code, "duration", rec.End.Sub(rec.Start))
-	h.record(wctx, node, rec)
+	h.record(wctx, node, rec, &claimVersion)
 }
 
 // mergeLosses delivers the first loss of either channel.

@@ -323,15 +323,15 @@ func cronCrash(t *testing.T, overlap string) {
 	starts := cronStarts(lines)
 	recs = cronByTime(cronHistory(t, obs, root, job))
 
-	// The crashed firing ran once, and its record still names the dead
-	// host: no one claimed it again.
+	// The crashed firing ran once (retry-lost is 0), and its record still
+	// names the dead host, now marked lost by a survivor.
 	if n := len(starts[v.Unix()]); n != 1 {
 		t.Errorf("crashed firing %s ran %d times, want once", cronFmt(v), n)
 	}
-	if x := recs[v.Unix()]; x.PID != victim.Pid() || x.Nonce != rec.Nonce {
-		t.Errorf("crashed firing %s: record now %+v, was claimed by pid %d", cronFmt(v), x, victim.Pid())
+	if x := recs[v.Unix()]; x.PID != victim.Pid() || x.Nonce != rec.Nonce || x.State != supervisor.FiringLost || len(x.Earlier) != 1 {
+		t.Errorf("crashed firing %s: record now %+v, was claimed by pid %d; want it lost, once", cronFmt(v), x, victim.Pid())
 	} else {
-		t.Logf("[%s] crashed firing's record afterwards: state %q, end %v, exit %s (nobody marks it lost)", overlap, x.State, x.End, cronExit(x.ExitCode))
+		t.Logf("[%s] crashed firing's record afterwards: state %q (%s), recorded by %s", overlap, x.State, x.Reason, x.Earlier[0].LostBy)
 	}
 	// Every firing ran at most once, all runs one at a time.
 	var intervals []cronInterval

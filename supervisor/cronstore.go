@@ -71,6 +71,28 @@ type FiringRecord struct {
 	Start     time.Time   `json:"start,omitzero"`
 	End       time.Time   `json:"end,omitzero"`
 	ExitCode  *int        `json:"exit_code,omitempty"`
+	// HostNode names the claimant's node under hosts/: the firing is
+	// lost with the claimant once that node is gone (its session
+	// ended) while the record still says claimed or running.
+	HostNode string `json:"host_node,omitempty"`
+	// Attempt counts the runs of this firing: 1, then one more for each
+	// run lost with its host that was run again (retry-lost). Earlier
+	// holds those lost runs, oldest first.
+	Attempt int           `json:"attempt,omitempty"`
+	Earlier []LostAttempt `json:"earlier,omitempty"`
+}
+
+// LostAttempt is a run of a firing that was lost with its host, as the
+// host that noticed recorded it.
+type LostAttempt struct {
+	Attempt int       `json:"attempt"`
+	Host    string    `json:"host"`
+	PID     int       `json:"pid"`
+	Token   int64     `json:"token,omitempty"`
+	Start   time.Time `json:"start,omitzero"`
+	Lost    time.Time `json:"lost"`
+	LostBy  string    `json:"lost_by"`
+	Reason  string    `json:"reason"`
 }
 
 // CronJobInfo is what a cron process publishes about a job, for
@@ -82,25 +104,15 @@ type CronJobInfo struct {
 	Command  []string `json:"command"`
 	Overlap  string   `json:"overlap"`
 	CatchUp  string   `json:"catch_up,omitempty"`
+	RetryLost int     `json:"retry_lost,omitempty"`
 }
 
 func jobInfo(j *CronJob) CronJobInfo {
-	info := CronJobInfo{Name: j.Name, Schedule: j.Spec, TZ: j.TZ, Command: j.Argv, Overlap: j.Overlap}
+	info := CronJobInfo{Name: j.Name, Schedule: j.Spec, TZ: j.TZ, Command: j.Argv, Overlap: j.Overlap, RetryLost: j.RetryLost}
 	if j.CatchUp > 0 {
 		info.CatchUp = j.CatchUp.String()
 	}
 	return info
-}
-
-// writeRecord writes a firing's record and returns the node's new
-// version.
-func writeRecord(ctx context.Context, c *client.Client, node string, rec *FiringRecord) (int32, error) {
-	b, _ := json.Marshal(rec)
-	st, err := c.Set(ctx, node, b, -1)
-	if err != nil {
-		return -1, err
-	}
-	return st.Version, nil
 }
 
 // pruneHorizon is how long a firing's record is kept whatever the history

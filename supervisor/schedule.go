@@ -27,7 +27,11 @@ type CronJob struct {
 	Overlap  string        // OverlapSkip (default) or OverlapQueue
 	CatchUp  time.Duration // run the latest missed firing if younger than this; 0: never
 	History  int           // firing records kept; default 100
-	schedule cron.Schedule
+	// RetryLost is how many times a firing lost with its host (its
+	// claimant's session ended while the job ran or waited) is run
+	// again, on another host; 0: recorded lost, not run again.
+	RetryLost int
+	schedule  cron.Schedule
 }
 
 // ParseSchedule parses a schedule the way cron jobs are configured: five
@@ -111,6 +115,9 @@ func (j *CronJob) Validate() error {
 	}
 	if j.CatchUp < 0 {
 		return fmt.Errorf("job %s: negative catch-up window", j.Name)
+	}
+	if j.RetryLost < 0 {
+		return fmt.Errorf("job %s: negative retry-lost", j.Name)
 	}
 	if j.History == 0 {
 		j.History = 100

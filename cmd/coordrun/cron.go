@@ -35,8 +35,13 @@ Schedules use cron syntax with optional seconds ("*/5 * * * *",
       overlap: skip                          # or queue
       catch-up: 1h
       history: 100
+      retry-lost: 1                          # run again if lost with its host
 
-The job runs like under coordrun run, with COORDRUN_SCHEDULED_TIME added.
+The job runs like under coordrun run, with COORDRUN_SCHEDULED_TIME and
+COORDRUN_ATTEMPT added. A firing whose host dies while it runs (or waits
+for the lock) is recorded lost by another host once the dead host's
+session ends; with retry-lost N, one other host runs it again, up to N
+times, with a new fencing token and COORDRUN_ATTEMPT=2, 3, ...
 Exit codes: 0 after SIGTERM/SIGINT (running jobs get the signal and are
 waited for), 76 when the session was lost, 64 for bad usage, schedules or
 job files.`
@@ -58,6 +63,7 @@ func newCronCommand() *cobra.Command {
 	f.String("overlap", supervisor.OverlapSkip, "when the previous run is still going: skip or queue")
 	f.Duration("catch-up", 0, "at start, run the latest missed firing if it is younger than this (0: never)")
 	f.Int("history", 100, "firing records kept per job")
+	f.Int("retry-lost", 0, "times a firing lost with its host is run again on another host")
 	f.String("jobs", "", "YAML file of jobs")
 	cmd.AddCommand(newCronHistoryCommand(), newCronListCommand())
 	return cmd
@@ -88,6 +94,8 @@ func runCron(cmd *cobra.Command, args []string) error {
 			Overlap: v.GetString("overlap"),
 			CatchUp: v.GetDuration("catch-up"),
 			History: v.GetInt("history"),
+
+			RetryLost: v.GetInt("retry-lost"),
 		}
 		if v.GetBool("shell") {
 			j.Argv = []string{"/bin/sh", "-c", strings.Join(args, " ")}
@@ -119,13 +127,14 @@ func runCron(cmd *cobra.Command, args []string) error {
 
 // jobSpec is one entry of a jobs file.
 type jobSpec struct {
-	Name     string    `yaml:"name"`
-	Schedule string    `yaml:"schedule"`
-	Command  yaml.Node `yaml:"command"`
-	TZ       string    `yaml:"tz"`
-	Overlap  string    `yaml:"overlap"`
-	CatchUp  string    `yaml:"catch-up"`
-	History  int       `yaml:"history"`
+	Name      string    `yaml:"name"`
+	Schedule  string    `yaml:"schedule"`
+	Command   yaml.Node `yaml:"command"`
+	TZ        string    `yaml:"tz"`
+	Overlap   string    `yaml:"overlap"`
+	CatchUp   string    `yaml:"catch-up"`
+	History   int       `yaml:"history"`
+	RetryLost int       `yaml:"retry-lost"`
 }
 
 // loadJobsFile reads a jobs file, naming the line of the first problem.
@@ -168,7 +177,7 @@ func loadJobsFile(file string) ([]*supervisor.CronJob, error) {
 			return nil, at("job %s already defined at line %d", s.Name, line)
 		}
 		seen[s.Name] = n.Line
-		j := &supervisor.CronJob{Name: s.Name, Spec: s.Schedule, TZ: s.TZ, Overlap: s.Overlap, History: s.History}
+		j := &supervisor.CronJob{Name: s.Name, Spec: s.Schedule, TZ: s.TZ, Overlap: s.Overlap, History: s.History, RetryLost: s.RetryLost}
 		switch s.Command.Kind {
 		case yaml.ScalarNode:
 			if strings.TrimSpace(s.Command.Value) != "" {
@@ -200,7 +209,7 @@ func checkJobKeys(n *yaml.Node) error {
 	if n.Kind != yaml.MappingNode {
 		return fmt.Errorf("%d: a job must be a mapping", n.Line)
 	}
-	known := map[string]bool{"name": true, "schedule": true, "command": true, "tz": true, "overlap": true, "catch-up": true, "history": true}
+	known := map[string]bool{"name": true, "schedule": true, "command": true, "tz": true, "overlap": true, "catch-up": true, "history": true, "retry-lost": true}
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		if k := n.Content[i]; !known[k.Value] {
 			return fmt.Errorf("%d: unknown job key %q", k.Line, k.Value)
@@ -227,7 +236,7 @@ func newCronHistoryCommand() *cobra.Command {
 				return writeJSON(cmd.OutOrStdout(), recs)
 			}
 			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "SCHEDULED\tSTATE\tHOST\tPID\tTOKEN\tSTART\tDURATION\tEXIT\tNOTE")
+			fmt.Fprintln(tw, "SCHEDULED\tSTATE\tATTEMPT\tHOST\tPID\tTOKEN\tSTART\tDURATION\tEXIT\tNOTE")
 			for _, r := range recs {
 				start, dur, exit := "", "", ""
 				if !r.Start.IsZero() {
@@ -239,7 +248,12 @@ func newCronHistoryCommand() *cobra.Command {
 				if r.ExitCode != nil {
 					exit = fmt.Sprint(*r.ExitCode)
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\n", r.Scheduled.Local().Format(time.DateTime), r.State, r.Host, r.PID, r.Token, start, dur, exit, r.Reason)
+				note := r.Reason
+				for _, l := range r.Earlier {
+					note += fmt.Sprintf("; attempt %d lost on %s (pid %d, token %d)", l.Attempt, l.Host, l.PID, l.Token)
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%d\t%d\t%s\t%s\t%s\t%s\n", r.Scheduled.Local().Format(time.DateTime), r.State,
+					max(r.Attempt, 1), r.Host, r.PID, r.Token, start, dur, exit, strings.TrimPrefix(note, "; "))
 			}
 			return tw.Flush()
 		}),

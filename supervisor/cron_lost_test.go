@@ -1,0 +1,135 @@
+package supervisor_test
+
+import (
+	"fmt"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/coordrun/coordrun/internal/testkit"
+	"github.com/coordrun/coordrun/supervisor"
+)
+
+// A firing's claimant dies (kill -9) or its whole host freezes (SIGSTOP of
+// the cron process, its watchdog and the job) while the job runs: once its
+// session has ended another host records the firing lost, exactly once,
+// and with retry-lost 1 exactly one host runs it again, with a higher
+// token and COORDRUN_ATTEMPT=2; with retry-lost 0 nobody does.
+func TestCronLostRunRetried(t *testing.T) {
+	b := cronEnsemble(t)
+	for _, c := range []struct {
+		fault string
+		retry int
+	}{{"kill", 1}, {"kill", 0}, {"freeze", 1}} {
+		t.Run(fmt.Sprintf("%s-retry%d", c.fault, c.retry), func(t *testing.T) { cronLost(t, b, c.fault, c.retry) })
+	}
+}
+
+func cronLost(t *testing.T, b *backend, fault string, retry int) {
+	r := newRig(t, b)
+	obs := cronObserver(t, b)
+	root := fmt.Sprintf("/cron-lost-%s-%d", fault, retry)
+	const job, every, hold = "lostjob", 8 * time.Second, 1500 * time.Millisecond
+	runs := r.path("runs.log")
+	procs := cronStartProcs(r, 3, fault+"h", root, job, "@every 8s",
+		[]string{"--retry-lost", fmt.Sprint(retry)}, cronScript(runs, hold))
+	cronAwaitHosts(t, obs, root, job, 3)
+	registered := time.Now()
+
+	var first cronLine
+	testkit.WaitFor(t, every+10*time.Second, "a firing to start", func() bool {
+		for _, l := range cronReadLog(t, runs) {
+			if l.kind == "start" && l.sched.After(registered) {
+				first = l
+				return true
+			}
+		}
+		return false
+	})
+	v := first.sched
+	var victim *proc
+	var survivors []*proc
+	for _, p := range procs {
+		if p.Name == first.host {
+			victim = p
+		} else {
+			survivors = append(survivors, p)
+		}
+	}
+	if victim == nil {
+		t.Fatalf("firing %s ran on %q, not one of the cron processes", cronFmt(v), first.host)
+	}
+	faulted := time.Now()
+	var frozen []int
+	switch fault {
+	case "kill":
+		victim.Signal(syscall.SIGKILL)
+	case "freeze":
+		frozen = pidsWithEnv("CRON_HOST=" + victim.Name)
+		if len(frozen) < 3 {
+			t.Fatalf("processes of %s: %v; want the cron process, its watchdog and the job", victim.Name, frozen)
+		}
+		for _, p := range frozen {
+			_ = syscall.Kill(p, syscall.SIGSTOP)
+		}
+	}
+
+	// The firing's record settles: run again and done, or lost.
+	var rec supervisor.FiringRecord
+	testkit.WaitFor(t, cronSessionTimeout+every+10*time.Second, "the lost firing's record to settle", func() bool {
+		rec = cronByTime(cronHistory(t, obs, root, job))[v.Unix()]
+		if retry > 0 {
+			return rec.State == supervisor.FiringDone && rec.Attempt == 2
+		}
+		return rec.State == supervisor.FiringLost
+	})
+	starts := cronStarts(cronReadLog(t, runs))[v.Unix()]
+	if fault == "freeze" {
+		for _, p := range frozen {
+			_ = syscall.Kill(p, syscall.SIGCONT)
+		}
+		// Resumed, it finds its session gone: its job is killed and it
+		// exits as after a lost session.
+		if code := victim.Exit(t, 20*time.Second); code != supervisor.ExitSessionLost {
+			t.Errorf("frozen host %s exited %d after SIGCONT, want %d; output:\n%s", victim.Name, code, supervisor.ExitSessionLost, victim.Out.String())
+		}
+	}
+	cronStopProcs(t, survivors)
+
+	if len(rec.Earlier) != 1 {
+		t.Fatalf("firing %s: record %+v, want exactly one lost attempt recorded", cronFmt(v), rec)
+	}
+	lost := rec.Earlier[0]
+	if lost.Attempt != 1 || lost.PID != victim.Pid() || lost.Token != first.token || lost.LostBy == "" {
+		t.Errorf("firing %s: lost attempt %+v; want attempt 1 of %s (pid %d, token %d), recorded by a survivor",
+			cronFmt(v), lost, victim.Name, victim.Pid(), first.token)
+	}
+	switch {
+	case retry == 0:
+		if len(starts) != 1 {
+			t.Errorf("firing %s with retry-lost 0 ran %d times, want once", cronFmt(v), len(starts))
+		}
+		if rec.State != supervisor.FiringLost {
+			t.Errorf("firing %s: state %s, want lost", cronFmt(v), rec.State)
+		}
+	case len(starts) != 2:
+		t.Errorf("firing %s with retry-lost 1 ran %d times, want twice (the lost run, one retry): %+v", cronFmt(v), len(starts), starts)
+	default:
+		again := starts[1]
+		if again.host == victim.Name || again.token <= first.token || rec.Token != again.token {
+			t.Errorf("firing %s run again on %s with token %d (record: %d); want another host than %s and a token above %d",
+				cronFmt(v), again.host, again.token, rec.Token, victim.Name, first.token)
+		}
+		if again.at.Before(faulted) {
+			t.Errorf("firing %s run again %v before the fault", cronFmt(v), faulted.Sub(again.at))
+		}
+		t.Logf("%s: firing %s lost on %s (token %d), run again on %s (token %d) %v after the fault (session timeout %v)",
+			fault, cronFmt(v), victim.Name, first.token, again.host, again.token, ms(again.at.Sub(faulted)), cronSessionTimeout)
+	}
+	// Every other firing ran at most once.
+	for sec, ls := range cronStarts(cronReadLog(t, runs)) {
+		if sec != v.Unix() && len(ls) > 1 {
+			t.Errorf("firing %s ran %d times", cronFmt(time.Unix(sec, 0)), len(ls))
+		}
+	}
+}
