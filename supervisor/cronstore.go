@@ -98,13 +98,13 @@ type LostAttempt struct {
 // CronJobInfo is what a cron process publishes about a job, for
 // `coordrun cron list`.
 type CronJobInfo struct {
-	Name     string   `json:"name"`
-	Schedule string   `json:"schedule"`
-	TZ       string   `json:"tz,omitempty"`
-	Command  []string `json:"command"`
-	Overlap  string   `json:"overlap"`
-	CatchUp  string   `json:"catch_up,omitempty"`
-	RetryLost int     `json:"retry_lost,omitempty"`
+	Name      string   `json:"name"`
+	Schedule  string   `json:"schedule"`
+	TZ        string   `json:"tz,omitempty"`
+	Command   []string `json:"command"`
+	Overlap   string   `json:"overlap"`
+	CatchUp   string   `json:"catch_up,omitempty"`
+	RetryLost int      `json:"retry_lost,omitempty"`
 }
 
 func jobInfo(j *CronJob) CronJobInfo {

@@ -20,13 +20,13 @@ const (
 
 // CronJob is one scheduled job.
 type CronJob struct {
-	Name     string
-	Spec     string // robfig/cron syntax, seconds optional, descriptors, CRON_TZ=
-	TZ       string // time zone name; empty: local, unless Spec has CRON_TZ=
-	Argv     []string
-	Overlap  string        // OverlapSkip (default) or OverlapQueue
-	CatchUp  time.Duration // run the latest missed firing if younger than this; 0: never
-	History  int           // firing records kept; default 100
+	Name    string
+	Spec    string // robfig/cron syntax, seconds optional, descriptors, CRON_TZ=
+	TZ      string // time zone name; empty: local, unless Spec has CRON_TZ=
+	Argv    []string
+	Overlap string        // OverlapSkip (default) or OverlapQueue
+	CatchUp time.Duration // run the latest missed firing if younger than this; 0: never
+	History int           // firing records kept; default 100
 	// RetryLost is how many times a firing lost with its host (its
 	// claimant's session ended while the job ran or waited) is run
 	// again, on another host; 0: recorded lost, not run again.
