@@ -508,7 +508,7 @@ func (h *cronHost) runFiring(ctx context.Context, j *CronJob, node string, rec *
 	}()
 	pump := newSignalPump(sigs)
 	defer pump.close()
-	hd := &holding{s: h.s, e: e, sigs: pump, standing: mergeLosses(hctx, standing, claim)}
+	hd := &holding{s: h.s, e: e, sigs: pump, standing: mergeLosses(hctx, standing, claim), maxRuntime: j.MaxRuntime}
 	code, err := hd.waitToStart(ctx, 0)
 	if err == nil && code == 0 {
 		extra := []string{fencing.EnvScheduledTime + "=" + rec.Scheduled.Format(time.RFC3339),
@@ -526,6 +526,8 @@ func (h *cronHost) runFiring(ctx context.Context, j *CronJob, node string, rec *
 		h.sessionLost.Store(true)
 	case code == ExitLockLost && err != nil:
 		rec.State, rec.Reason = FiringLost, err.Error()
+	case errors.Is(err, errTimedOut):
+		rec.State, rec.Reason = FiringTimedOut, err.Error()
 	}
 	log.Info("finished", "job", j.Name, "scheduled", rec.Scheduled.Format(time.RFC3339), "exit", code, "duration", rec.End.Sub(rec.Start))
 	h.record(wctx, node, rec, &claimVersion)

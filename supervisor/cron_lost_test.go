@@ -133,3 +133,35 @@ func cronLost(t *testing.T, b *backend, fault string, retry int) {
 		}
 	}
 }
+
+// A run past max-runtime is stopped (TERM, then KILL after the kill grace)
+// and recorded timed-out; the job never gets to its end.
+func TestCronMaxRuntime(t *testing.T) {
+	b := cronEnsemble(t)
+	r := newRig(t, b)
+	obs := cronObserver(t, b)
+	const root, job, limit = "/cron-maxrt", "slowjob", time.Second
+	runs := r.path("runs.log")
+	procs := cronStartProcs(r, 1, "m", root, job, "@every 3s", []string{"--max-runtime", limit.String()}, cronScript(runs, 5*time.Second))
+	cronAwaitHosts(t, obs, root, job, 1)
+	var rec supervisor.FiringRecord
+	testkit.WaitFor(t, 15*time.Second, "a firing to be stopped for its run time", func() bool {
+		for _, x := range cronHistory(t, obs, root, job) {
+			if x.State == supervisor.FiringTimedOut {
+				rec = x
+				return true
+			}
+		}
+		return false
+	})
+	cronStopProcs(t, procs)
+	if d := rec.End.Sub(rec.Start); d < limit || d > limit+cronKillGrace+2*time.Second {
+		t.Errorf("timed-out firing %s ran %v, want max-runtime %v plus at most the kill grace and some slack", cronFmt(rec.Scheduled), d, limit)
+	}
+	for _, l := range cronReadLog(t, runs) {
+		if l.kind == "end" && l.sched.Equal(rec.Scheduled) {
+			t.Errorf("timed-out firing %s reached its end at %v", cronFmt(rec.Scheduled), l.at)
+		}
+	}
+	t.Logf("firing %s: %s, %q, ran %v", cronFmt(rec.Scheduled), rec.State, rec.Reason, ms(rec.End.Sub(rec.Start)))
+}

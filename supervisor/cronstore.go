@@ -52,6 +52,9 @@ const (
 	// FiringLost: the firing could not run or was stopped (no lock,
 	// session or lock lost, host stopping); Reason says why.
 	FiringLost = FiringState("lost")
+	// FiringTimedOut: the job ran past the job's max-runtime and was
+	// stopped (TERM, then KILL after the kill grace).
+	FiringTimedOut = FiringState("timed-out")
 	// FiringUnreadable: the record's data is not a FiringRecord (a reader's
 	// view only; never written).
 	FiringUnreadable = FiringState("unreadable")
@@ -98,19 +101,23 @@ type LostAttempt struct {
 // CronJobInfo is what a cron process publishes about a job, for
 // `coordrun cron list`.
 type CronJobInfo struct {
-	Name      string   `json:"name"`
-	Schedule  string   `json:"schedule"`
-	TZ        string   `json:"tz,omitempty"`
-	Command   []string `json:"command"`
-	Overlap   string   `json:"overlap"`
-	CatchUp   string   `json:"catch_up,omitempty"`
-	RetryLost int      `json:"retry_lost,omitempty"`
+	Name       string   `json:"name"`
+	Schedule   string   `json:"schedule"`
+	TZ         string   `json:"tz,omitempty"`
+	Command    []string `json:"command"`
+	Overlap    string   `json:"overlap"`
+	CatchUp    string   `json:"catch_up,omitempty"`
+	RetryLost  int      `json:"retry_lost,omitempty"`
+	MaxRuntime string   `json:"max_runtime,omitempty"`
 }
 
 func jobInfo(j *CronJob) CronJobInfo {
 	info := CronJobInfo{Name: j.Name, Schedule: j.Spec, TZ: j.TZ, Command: j.Argv, Overlap: j.Overlap, RetryLost: j.RetryLost}
 	if j.CatchUp > 0 {
 		info.CatchUp = j.CatchUp.String()
+	}
+	if j.MaxRuntime > 0 {
+		info.MaxRuntime = j.MaxRuntime.String()
 	}
 	return info
 }

@@ -182,6 +182,9 @@ func waitForLock(ctx context.Context, o Options, e *recipe.Entry, sigs *signalPu
 
 // lockEnv is what a job's environment gets once it holds the lock: the
 // lock's identity and its fencing token, then extra.
+// errTimedOut: the job ran past its time limit and was stopped.
+var errTimedOut = errors.New("run time limit reached; job stopped")
+
 func lockEnv(lock string, e *recipe.Entry, extra ...string) []string {
 	env := []string{
 		fencing.EnvToken + "=" + strconv.FormatInt(e.Token(), 10),
@@ -198,6 +201,10 @@ type holding struct {
 	e        *recipe.Entry
 	sigs     *signalPump
 	standing <-chan recipe.Loss
+	// maxRuntime, when set, stops the job (TERM, then KILL after the
+	// kill grace) once it has run that long; run then reports
+	// errTimedOut.
+	maxRuntime time.Duration
 }
 
 // waitToStart is the time between taking the lock and starting the job:
@@ -257,8 +264,14 @@ func (h *holding) run(ctx context.Context, spec jobSpec, armed *guardedJob) (int
 		}
 	}
 	job.Go(s.deadline(s.c.Lease()), spec.lockEnv)
-	sessionLost := false
+	sessionLost, timedOut := false, false
 	var lost *recipe.Loss
+	var limit <-chan time.Time
+	if h.maxRuntime > 0 {
+		t := time.NewTimer(h.maxRuntime)
+		defer t.Stop()
+		limit = t.C
+	}
 	for {
 		ch := h.sigs.changed()
 		for _, sig := range h.sigs.take() {
@@ -289,6 +302,12 @@ func (h *holding) run(ctx context.Context, spec jobSpec, armed *guardedJob) (int
 				log.Error("session lost; stopping the job", "err", s.c.Err())
 				job.Stop()
 			}
+		case <-limit:
+			if !timedOut {
+				timedOut = true
+				log.Warn("run time limit reached; stopping the job", "max_runtime", h.maxRuntime)
+				job.Stop()
+			}
 		case <-job.Done():
 			r := job.Result()
 			switch {
@@ -298,6 +317,8 @@ func (h *holding) run(ctx context.Context, spec jobSpec, armed *guardedJob) (int
 				return ExitSessionLost, fmt.Errorf("session lost; job killed (exit %d)", r.Code)
 			case lost != nil:
 				return ExitLockLost, fmt.Errorf("lock lost (%s); job stopped (exit %d)", *lost, r.Code)
+			case timedOut && r.Reason == ReasonStopped:
+				return r.Code, fmt.Errorf("%w after %v (exit %d)", errTimedOut, h.maxRuntime, r.Code)
 			}
 			log.Info("job finished", "exit", r.Code, "signal", r.Signal)
 			return r.Code, nil

@@ -31,7 +31,10 @@ type CronJob struct {
 	// claimant's session ended while the job ran or waited) is run
 	// again, on another host; 0: recorded lost, not run again.
 	RetryLost int
-	schedule  cron.Schedule
+	// MaxRuntime, when set, stops a run that has gone on that long
+	// (TERM, then KILL after the kill grace) and records it timed-out.
+	MaxRuntime time.Duration
+	schedule   cron.Schedule
 }
 
 // ParseSchedule parses a schedule the way cron jobs are configured: five
@@ -118,6 +121,9 @@ func (j *CronJob) Validate() error {
 	}
 	if j.RetryLost < 0 {
 		return fmt.Errorf("job %s: negative retry-lost", j.Name)
+	}
+	if j.MaxRuntime < 0 {
+		return fmt.Errorf("job %s: negative max-runtime", j.Name)
 	}
 	if j.History == 0 {
 		j.History = 100
