@@ -262,7 +262,7 @@ func (h *cronHost) schedule(ctx context.Context, j *CronJob) {
 		// Sleep until this host's clock reaches the firing; re-check on
 		// waking, since the clock is this host's own and may be skewed.
 		for {
-			d := next.Sub(h.o.Now())
+			d := next.Add(j.Offset(next)).Sub(h.o.Now())
 			if d <= 0 {
 				break
 			}

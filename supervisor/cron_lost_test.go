@@ -165,3 +165,46 @@ func TestCronMaxRuntime(t *testing.T) {
 	}
 	t.Logf("firing %s: %s, %q, ran %v", cronFmt(rec.Scheduled), rec.State, rec.Reason, ms(rec.End.Sub(rec.Start)))
 }
+
+// With jitter, every host waits the same offset past a firing's time, so
+// each firing still runs exactly once, at its time plus its offset.
+func TestCronJitter(t *testing.T) {
+	b := cronEnsemble(t)
+	r := newRig(t, b)
+	obs := cronObserver(t, b)
+	const root, job, every, jitter = "/cron-jitter", "jitterjob", 3 * time.Second, 2 * time.Second
+	runs := r.path("runs.log")
+	procs := cronStartProcs(r, 3, "j", root, job, "@every 3s", []string{"--jitter", jitter.String()}, cronScript(runs, 0))
+	cronAwaitHosts(t, obs, root, job, 3)
+	registered := time.Now()
+	want := &supervisor.CronJob{Name: job, Jitter: jitter}
+	var starts map[int64][]cronLine
+	testkit.WaitFor(t, 5*every+10*time.Second, "four firings to start", func() bool {
+		starts = cronStarts(cronReadLog(t, runs))
+		n := 0
+		for sec := range starts {
+			if time.Unix(sec, 0).After(registered) {
+				n++
+			}
+		}
+		return n >= 4
+	})
+	cronStopProcs(t, procs)
+	starts = cronStarts(cronReadLog(t, runs))
+	for sec, ls := range starts {
+		at := time.Unix(sec, 0)
+		if len(ls) != 1 {
+			t.Errorf("firing %s ran %d times, want once", cronFmt(at), len(ls))
+			continue
+		}
+		if !at.After(registered) {
+			continue
+		}
+		off := want.Offset(at)
+		if late := ls[0].at.Sub(at.Add(off)); late < -cronDriftMargin || late > time.Second {
+			t.Errorf("firing %s with offset %v started %v after its time, want %v (+ at most 1s)", cronFmt(at), ms(off), ms(ls[0].at.Sub(at)), ms(off))
+		} else {
+			t.Logf("firing %s: offset %v, started %v after its time on %s", cronFmt(at), ms(off), ms(ls[0].at.Sub(at)), ls[0].host)
+		}
+	}
+}

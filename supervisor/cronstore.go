@@ -109,6 +109,7 @@ type CronJobInfo struct {
 	CatchUp    string   `json:"catch_up,omitempty"`
 	RetryLost  int      `json:"retry_lost,omitempty"`
 	MaxRuntime string   `json:"max_runtime,omitempty"`
+	Jitter     string   `json:"jitter,omitempty"`
 }
 
 func jobInfo(j *CronJob) CronJobInfo {
@@ -118,6 +119,9 @@ func jobInfo(j *CronJob) CronJobInfo {
 	}
 	if j.MaxRuntime > 0 {
 		info.MaxRuntime = j.MaxRuntime.String()
+	}
+	if j.Jitter > 0 {
+		info.Jitter = j.Jitter.String()
 	}
 	return info
 }

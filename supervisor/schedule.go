@@ -1,6 +1,8 @@
 package supervisor
 
 import (
+	"crypto/sha256"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"strings"
@@ -34,7 +36,11 @@ type CronJob struct {
 	// MaxRuntime, when set, stops a run that has gone on that long
 	// (TERM, then KILL after the kill grace) and records it timed-out.
 	MaxRuntime time.Duration
-	schedule   cron.Schedule
+	// Jitter, when set, delays each firing by an offset in [0, Jitter)
+	// that every host derives alike from the job and the scheduled time
+	// (Offset), so that the hosts still contend for the same firing.
+	Jitter   time.Duration
+	schedule cron.Schedule
 }
 
 // ParseSchedule parses a schedule the way cron jobs are configured: five
@@ -125,6 +131,9 @@ func (j *CronJob) Validate() error {
 	if j.MaxRuntime < 0 {
 		return fmt.Errorf("job %s: negative max-runtime", j.Name)
 	}
+	if j.Jitter < 0 {
+		return fmt.Errorf("job %s: negative jitter", j.Name)
+	}
 	if j.History == 0 {
 		j.History = 100
 	}
@@ -137,6 +146,20 @@ func (j *CronJob) Validate() error {
 // Next is the job's first firing after t. The job must have been
 // validated.
 func (j *CronJob) Next(t time.Time) time.Time { return j.schedule.Next(t) }
+
+// Offset is how long after its scheduled time at the firing starts: a
+// value in [0, Jitter) drawn from a hash of the job's name and at, the
+// same on every host and for every run of the firing.
+func (j *CronJob) Offset(at time.Time) time.Duration {
+	if j.Jitter <= 0 {
+		return 0
+	}
+	// A cryptographic hash, because FNV's low bits move almost in step
+	// with the key's last digits: successive firings' offsets would
+	// drift by a near-constant amount instead of scattering.
+	sum := sha256.Sum256(fmt.Appendf(nil, "%s@%d", j.Name, at.UnixNano()))
+	return time.Duration(binary.BigEndian.Uint64(sum[:8]) % uint64(j.Jitter))
+}
 
 // latestMissed finds the latest scheduled time in (now-window, now].
 func latestMissed(j *CronJob, now time.Time, window time.Duration) (time.Time, bool) {

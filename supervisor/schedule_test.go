@@ -190,3 +190,44 @@ func TestNextAfter(t *testing.T) {
 		}
 	}
 }
+
+// Jitter offsets are the same for a firing wherever they are computed,
+// lie in [0, jitter), and differ between firings.
+func TestJitterOffset(t *testing.T) {
+	j := &CronJob{Name: "backup", Jitter: 5 * time.Minute}
+	other := &CronJob{Name: "backup2", Jitter: 5 * time.Minute}
+	base := time.Date(2026, 12, 1, 3, 0, 0, 0, time.UTC)
+	seen := map[time.Duration]bool{}
+	sameAsOther := 0
+	for i := range 200 {
+		at := base.Add(time.Duration(i) * time.Hour)
+		o := j.Offset(at)
+		if o < 0 || o >= j.Jitter {
+			t.Fatalf("offset of %v is %v, outside [0, %v)", at, o, j.Jitter)
+		}
+		if again := (&CronJob{Name: "backup", Jitter: 5 * time.Minute}).Offset(at.In(time.FixedZone("x", 3600))); again != o {
+			t.Fatalf("offset of %v: %v, then %v computed elsewhere", at, o, again)
+		}
+		if other.Offset(at) == o {
+			sameAsOther++
+		}
+		seen[o] = true
+	}
+	if len(seen) < 190 || sameAsOther > 5 {
+		t.Errorf("offsets spread poorly: %d distinct of 200, %d equal to another job's", len(seen), sameAsOther)
+	}
+	// Successive firings scatter over the window: rising and falling
+	// steps alike, not a drift in one direction.
+	up := 0
+	for i := 1; i < 200; i++ {
+		if j.Offset(base.Add(time.Duration(i)*time.Hour)) > j.Offset(base.Add(time.Duration(i-1)*time.Hour)) {
+			up++
+		}
+	}
+	if up < 70 || up > 130 {
+		t.Errorf("of 199 successive offsets %d rose: they drift instead of scattering", up)
+	}
+	if (&CronJob{Name: "backup"}).Offset(base) != 0 {
+		t.Error("no jitter, yet an offset")
+	}
+}

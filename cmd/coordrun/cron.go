@@ -37,6 +37,7 @@ Schedules use cron syntax with optional seconds ("*/5 * * * *",
       history: 100
       retry-lost: 1                          # run again if lost with its host
       max-runtime: 2h                        # stopped and recorded timed-out after
+      jitter: 5m                             # start up to 5m late, alike on every host
 
 The job runs like under coordrun run, with COORDRUN_SCHEDULED_TIME and
 COORDRUN_ATTEMPT added. A firing whose host dies while it runs (or waits
@@ -65,6 +66,7 @@ func newCronCommand() *cobra.Command {
 	f.Duration("catch-up", 0, "at start, run the latest missed firing if it is younger than this (0: never)")
 	f.Int("history", 100, "firing records kept per job")
 	f.Int("retry-lost", 0, "times a firing lost with its host is run again on another host")
+	f.Duration("jitter", 0, "start each firing up to this long after its time, by an offset every host computes alike (0: none)")
 	f.Duration("max-runtime", 0, "stop a run that has gone on this long (TERM, then KILL after the kill grace) and record it timed-out (0: no limit)")
 	f.String("jobs", "", "YAML file of jobs")
 	cmd.AddCommand(newCronHistoryCommand(), newCronListCommand())
@@ -99,6 +101,7 @@ func runCron(cmd *cobra.Command, args []string) error {
 
 			RetryLost:  v.GetInt("retry-lost"),
 			MaxRuntime: v.GetDuration("max-runtime"),
+			Jitter:     v.GetDuration("jitter"),
 		}
 		if v.GetBool("shell") {
 			j.Argv = []string{"/bin/sh", "-c", strings.Join(args, " ")}
@@ -139,6 +142,7 @@ type jobSpec struct {
 	History    int       `yaml:"history"`
 	RetryLost  int       `yaml:"retry-lost"`
 	MaxRuntime string    `yaml:"max-runtime"`
+	Jitter     string    `yaml:"jitter"`
 }
 
 // loadJobsFile reads a jobs file, naming the line of the first problem.
@@ -200,6 +204,11 @@ func loadJobsFile(file string) ([]*supervisor.CronJob, error) {
 				return nil, at("job %s: catch-up: %v", s.Name, err)
 			}
 		}
+		if s.Jitter != "" {
+			if j.Jitter, err = time.ParseDuration(s.Jitter); err != nil {
+				return nil, at("job %s: jitter: %v", s.Name, err)
+			}
+		}
 		if s.MaxRuntime != "" {
 			if j.MaxRuntime, err = time.ParseDuration(s.MaxRuntime); err != nil {
 				return nil, at("job %s: max-runtime: %v", s.Name, err)
@@ -218,7 +227,7 @@ func checkJobKeys(n *yaml.Node) error {
 	if n.Kind != yaml.MappingNode {
 		return fmt.Errorf("%d: a job must be a mapping", n.Line)
 	}
-	known := map[string]bool{"name": true, "schedule": true, "command": true, "tz": true, "overlap": true, "catch-up": true, "history": true, "retry-lost": true, "max-runtime": true}
+	known := map[string]bool{"name": true, "schedule": true, "command": true, "tz": true, "overlap": true, "catch-up": true, "history": true, "retry-lost": true, "max-runtime": true, "jitter": true}
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		if k := n.Content[i]; !known[k.Value] {
 			return fmt.Errorf("%d: unknown job key %q", k.Line, k.Value)
