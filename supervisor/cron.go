@@ -11,6 +11,7 @@ import (
 	"path"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -218,7 +219,7 @@ func (h *cronHost) forward(sig os.Signal) {
 // register publishes the job's definition and this host as a candidate.
 func (h *cronHost) register(ctx context.Context, j *CronJob) error {
 	c, p := h.s.c, h.paths(j)
-	for _, dir := range []string{p.firings(), p.hosts()} {
+	for _, dir := range []string{p.firings(), p.hosts(), p.triggers()} {
 		if err := recipe.EnsurePath(ctx, c, dir, h.s.acl); err != nil {
 			return withAccessHint(err)
 		}
@@ -255,8 +256,9 @@ func (h *cronHost) schedule(ctx context.Context, j *CronJob) {
 			go func() { defer runs.Done(); h.fire(ctx, j, t, true) }()
 		}
 	}
-	runs.Add(1)
+	runs.Add(2)
 	go func() { defer runs.Done(); h.watchLosses(ctx, j, &runs) }()
+	go func() { defer runs.Done(); h.watchRequests(ctx, j, &runs) }()
 	next := j.Next(h.o.Now())
 	for {
 		// Sleep until this host's clock reaches the firing; re-check on
@@ -281,16 +283,40 @@ func (h *cronHost) schedule(ctx context.Context, j *CronJob) {
 	}
 }
 
-// fire claims one firing and, if this host won it, runs it.
+// fire claims one firing and, if this host won it, runs it, unless the
+// job is paused.
 func (h *cronHost) fire(ctx context.Context, j *CronJob, at time.Time, catchUp bool) {
-	log := h.s.log
-	node := h.paths(j).firing(at)
-	hi := holderInfo(j.Argv, h.s.c.SessionTimeout(), h.o.KillGrace+h.s.margin)
-	rec := FiringRecord{Job: j.Name, Scheduled: at.UTC(), State: FiringClaimed, Host: hi.Host, PID: hi.PID,
-		Nonce: recipe.Nonce(), Claimed: time.Now().UTC(), HostNode: h.hostNode, Attempt: 1}
+	reason := ""
 	if catchUp {
-		rec.Reason = "catch-up"
+		reason = "catch-up"
 	}
+	node := h.paths(j).firing(at)
+	rec, won := h.claim(ctx, j, node, at, reason)
+	if !won {
+		return
+	}
+	if paused, err := CronPaused(ctx, h.s.c, h.o.Root, j.Name); err == nil && paused != nil {
+		// Checked by the claimant, after the claim: one record per
+		// firing, whichever host took it.
+		rec.State, rec.Reason = FiringPaused, fmt.Sprintf("job paused by %s at %s", paused.By, paused.At.Format(time.RFC3339))
+		v := int32(0)
+		h.record(ctx, node, &rec, &v)
+		h.s.log.Info("firing not run: the job is paused", "job", j.Name, "scheduled", at.Format(time.RFC3339))
+		if h.o.OnFire != nil {
+			h.o.OnFire(j.Name, rec)
+		}
+		return
+	}
+	// The claim created the node: version 0.
+	h.runClaimed(ctx, j, node, &rec, 0)
+}
+
+// claim tries to win the firing at (record node) for this host.
+func (h *cronHost) claim(ctx context.Context, j *CronJob, node string, at time.Time, reason string) (FiringRecord, bool) {
+	log := h.s.log
+	hi := holderInfo(j.Argv, h.s.c.SessionTimeout(), h.o.KillGrace+h.s.margin)
+	rec := FiringRecord{Job: j.Name, Scheduled: at.UTC(), State: FiringClaimed, Reason: reason, Host: hi.Host, PID: hi.PID,
+		Nonce: recipe.Nonce(), Claimed: time.Now().UTC(), HostNode: h.hostNode, Attempt: 1}
 	b, _ := json.Marshal(rec)
 	won, err := recipe.ClaimOnce(ctx, h.s.c, node, b, recipe.ClaimOptions{ACL: h.s.acl, Mine: func(data []byte) bool {
 		var other FiringRecord
@@ -299,15 +325,81 @@ func (h *cronHost) fire(ctx context.Context, j *CronJob, at time.Time, catchUp b
 	}})
 	if err != nil {
 		log.Warn("claim failed", "job", j.Name, "scheduled", at, "err", err)
-		return
+		return rec, false
 	}
 	if !won {
 		log.Debug("firing already claimed", "job", j.Name, "scheduled", at)
-		return
+		return rec, false
 	}
-	log.Info("firing claimed", "job", j.Name, "scheduled", at.Format(time.RFC3339), "catch_up", catchUp)
-	// The claim created the node: version 0.
-	h.runClaimed(ctx, j, node, &rec, 0)
+	log.Info("firing claimed", "job", j.Name, "scheduled", at.Format(time.RFC3339), "reason", reason)
+	return rec, true
+}
+
+// watchRequests takes the job's requests (trigger, backfill) as they
+// come. Deleting a request is the claim: of the hosts that see it, the
+// one whose delete succeeds runs its firings, in order, one at a time.
+func (h *cronHost) watchRequests(ctx context.Context, j *CronJob, runs *sync.WaitGroup) {
+	p := h.paths(j)
+	for ctx.Err() == nil {
+		kids, _, ev, err := h.s.c.ChildrenW(ctx, p.triggers())
+		if err != nil {
+			t := time.NewTimer(time.Second)
+			select {
+			case <-ctx.Done():
+			case <-t.C:
+			}
+			t.Stop()
+			continue
+		}
+		slices.Sort(kids)
+		for _, k := range kids {
+			node := path.Join(p.triggers(), k)
+			b, st, err := h.s.c.Get(ctx, node)
+			if err != nil {
+				continue
+			}
+			var req CronRequest
+			bad := json.Unmarshal(b, &req) != nil
+			if h.s.c.Delete(ctx, node, st.Version) != nil {
+				continue // another host took it
+			}
+			if bad {
+				h.s.log.Warn("unreadable cron request dropped", "job", j.Name, "node", node)
+				continue
+			}
+			seq := strings.TrimPrefix(k, "t-")
+			runs.Add(1)
+			go func() { defer runs.Done(); h.serveRequest(ctx, j, req, seq) }()
+		}
+		select {
+		case <-ctx.Done():
+		case <-ev:
+		}
+	}
+}
+
+// serveRequest runs the firings of a request this host took, oldest
+// first, each after the previous one ended. A triggered firing gets a
+// record of its own; a backfilled one the record its scheduled time would
+// have had, so it runs only if that time has none.
+func (h *cronHost) serveRequest(ctx context.Context, j *CronJob, req CronRequest, seq string) {
+	times := slices.Clone(req.Times)
+	slices.SortFunc(times, func(a, b time.Time) int { return a.Compare(b) })
+	for _, at := range times {
+		if ctx.Err() != nil {
+			return
+		}
+		node := h.paths(j).firing(at)
+		reason := "backfill requested by " + req.By
+		if req.Kind == "trigger" {
+			node = path.Join(h.paths(j).firings(), triggeredName(at, seq))
+			reason = "triggered by " + req.By
+		}
+		rec, won := h.claim(ctx, j, node, at, reason)
+		if won {
+			h.runClaimed(ctx, j, node, &rec, 0)
+		}
+	}
 }
 
 // runClaimed runs a firing this host claimed (v: the record's version

@@ -8,9 +8,11 @@ import (
 	"path"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/coordrun/coordrun/ensemble/client"
+	"github.com/coordrun/coordrun/ensemble/client/recipe"
 	"github.com/coordrun/coordrun/ensemble/wire"
 )
 
@@ -21,6 +23,9 @@ import (
 //	                                by the host that claimed it
 //	<root>/<job>/hosts/<host>       an ephemeral node per live host (HolderInfo)
 //	<root>/<job>/lock               the lock the firings run under
+//	<root>/<job>/paused             present while the job is paused (CronControl)
+//	<root>/<job>/triggers/t-<seq>   a request to run the job now, or to
+//	                                backfill missed firings (CronRequest)
 
 // cronPaths are the znode paths of one job.
 type cronPaths struct{ root, job string }
@@ -29,6 +34,10 @@ func (p cronPaths) dir() string     { return path.Join(p.root, p.job) }
 func (p cronPaths) firings() string { return path.Join(p.dir(), "firings") }
 func (p cronPaths) hosts() string   { return path.Join(p.dir(), "hosts") }
 func (p cronPaths) lock() string    { return path.Join(p.dir(), "lock") }
+func (p cronPaths) paused() string  { return path.Join(p.dir(), "paused") }
+func (p cronPaths) triggers() string {
+	return path.Join(p.dir(), "triggers")
+}
 
 // firing is the record of the firing scheduled at t: named by its Unix
 // second, zero-padded so that names sort as times.
@@ -38,6 +47,18 @@ func (p cronPaths) firing(t time.Time) string { return path.Join(p.firings(), fi
 func (p cronPaths) host(name string) string { return path.Join(p.hosts(), name) }
 
 func firingName(t time.Time) string { return fmt.Sprintf("%013d", t.Unix()) }
+
+// triggeredName is the record of a firing requested by hand at t, with
+// the request's sequence number: after a scheduled firing of the same
+// second in name order, and never the same node.
+func triggeredName(t time.Time, seq string) string { return firingName(t) + "-t" + seq }
+
+// firingSecond is the scheduled Unix second a record's name starts with.
+func firingSecond(name string) (int64, bool) {
+	digits, _, _ := strings.Cut(name, "-")
+	n, err := strconv.ParseInt(digits, 10, 64)
+	return n, err == nil
+}
 
 // FiringState is where a firing stands.
 type FiringState string
@@ -55,6 +76,8 @@ const (
 	// FiringTimedOut: the job ran past the job's max-runtime and was
 	// stopped (TERM, then KILL after the kill grace).
 	FiringTimedOut = FiringState("timed-out")
+	// FiringPaused: the job was paused at the firing's time; not run.
+	FiringPaused = FiringState("paused")
 	// FiringUnreadable: the record's data is not a FiringRecord (a reader's
 	// view only; never written).
 	FiringUnreadable = FiringState("unreadable")
@@ -140,7 +163,7 @@ func pruneFirings(ctx context.Context, c *client.Client, p cronPaths, keep int, 
 	}
 	sort.Strings(kids)
 	for _, k := range kids[:len(kids)-keep] {
-		if secs, err := strconv.ParseInt(k, 10, 64); err != nil || secs >= oldest.Unix() {
+		if secs, ok := firingSecond(k); !ok || secs >= oldest.Unix() {
 			break
 		}
 		_ = c.Delete(ctx, path.Join(p.firings(), k), -1)
@@ -169,7 +192,7 @@ func CronHistory(ctx context.Context, c *client.Client, root, job string) ([]Fir
 		}
 		var r FiringRecord
 		if err := json.Unmarshal(b, &r); err != nil {
-			secs, _ := strconv.ParseInt(k, 10, 64)
+			secs, _ := firingSecond(k)
 			r = FiringRecord{Job: job, Scheduled: time.Unix(secs, 0).UTC(), State: FiringUnreadable}
 		}
 		out = append(out, r)
@@ -215,4 +238,136 @@ func CronJobs(ctx context.Context, c *client.Client, root string) ([]CronJobInfo
 		}
 	}
 	return jobs, hosts, nil
+}
+
+// CronRequest is a request, made by hand, to run a job's firings outside
+// its schedule: one now (trigger) or each missed scheduled time of a range
+// (backfill). One host takes it (deleting the request is the claim) and
+// runs the times in order, under the job's overlap policy.
+type CronRequest struct {
+	Kind  string      `json:"kind"` // "trigger" or "backfill"
+	Times []time.Time `json:"times"`
+	By    string      `json:"by"`
+	At    time.Time   `json:"at"`
+}
+
+// CronControl is who paused a job, and when.
+type CronControl struct {
+	By string    `json:"by"`
+	At time.Time `json:"at"`
+}
+
+// errNoJob: the job has never been registered under the root.
+func errNoJob(root, job string) error { return fmt.Errorf("no cron job %q under %s", job, root) }
+
+// PauseCron pauses a job for every host: its scheduled firings are
+// recorded paused and not run, until ResumeCron. Pausing a paused job
+// changes nothing; it reports false.
+func PauseCron(ctx context.Context, c *client.Client, root, job, by string) (bool, error) {
+	p := cronPaths{root: root, job: job}
+	b, _ := json.Marshal(CronControl{By: by, At: time.Now().UTC()})
+	acl, _, err := c.GetACL(ctx, p.dir())
+	if errors.Is(err, wire.ErrNoNode) {
+		return false, errNoJob(root, job)
+	}
+	if err != nil {
+		return false, err
+	}
+	_, err = c.Create(ctx, p.paused(), b, 0, acl)
+	switch {
+	case errors.Is(err, wire.ErrNodeExists):
+		return false, nil
+	case errors.Is(err, wire.ErrNoNode):
+		return false, errNoJob(root, job)
+	}
+	return err == nil, err
+}
+
+// ResumeCron ends a pause; it reports false if the job was not paused.
+func ResumeCron(ctx context.Context, c *client.Client, root, job string) (bool, error) {
+	p := cronPaths{root: root, job: job}
+	if _, ok, err := c.Exists(ctx, p.dir()); err != nil || !ok {
+		if err == nil {
+			err = errNoJob(root, job)
+		}
+		return false, err
+	}
+	err := c.Delete(ctx, p.paused(), -1)
+	if errors.Is(err, wire.ErrNoNode) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+// CronPaused reports whether a job is paused, and by whom.
+func CronPaused(ctx context.Context, c *client.Client, root, job string) (*CronControl, error) {
+	b, _, err := c.Get(ctx, cronPaths{root: root, job: job}.paused())
+	if errors.Is(err, wire.ErrNoNode) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var cc CronControl
+	_ = json.Unmarshal(b, &cc)
+	return &cc, nil
+}
+
+// RequestCron asks the job's hosts to run the firings of req; it returns
+// the request's node.
+func RequestCron(ctx context.Context, c *client.Client, root, job string, req CronRequest) (string, error) {
+	p := cronPaths{root: root, job: job}
+	acl, _, err := c.GetACL(ctx, p.dir())
+	if errors.Is(err, wire.ErrNoNode) {
+		return "", errNoJob(root, job)
+	}
+	if err != nil {
+		return "", err
+	}
+	if err := recipe.EnsurePath(ctx, c, p.triggers(), acl); err != nil {
+		return "", err
+	}
+	req.At = time.Now().UTC()
+	b, _ := json.Marshal(req)
+	return c.Create(ctx, path.Join(p.triggers(), "t-"), b, wire.FlagPersistentSequential, acl)
+}
+
+// MissedFirings lists the scheduled times of job in [from, to] that have
+// no record, oldest first; at most limit of them.
+func MissedFirings(ctx context.Context, c *client.Client, root, job string, from, to time.Time, limit int) ([]time.Time, error) {
+	p := cronPaths{root: root, job: job}
+	b, _, err := c.Get(ctx, p.dir())
+	if errors.Is(err, wire.ErrNoNode) {
+		return nil, errNoJob(root, job)
+	}
+	if err != nil {
+		return nil, err
+	}
+	var info CronJobInfo
+	if err := json.Unmarshal(b, &info); err != nil {
+		return nil, fmt.Errorf("job %s: unreadable definition: %w", job, err)
+	}
+	sched, err := ParseSchedule(info.Schedule, info.TZ)
+	if err != nil {
+		return nil, fmt.Errorf("job %s: %w", job, err)
+	}
+	kids, _, err := c.Children(ctx, p.firings())
+	if err != nil && !errors.Is(err, wire.ErrNoNode) {
+		return nil, err
+	}
+	have := map[string]bool{}
+	for _, k := range kids {
+		have[k] = true
+	}
+	var out []time.Time
+	for t := sched.Next(from.Add(-time.Nanosecond)); !t.IsZero() && !t.After(to); t = sched.Next(t) {
+		if have[firingName(t)] {
+			continue
+		}
+		if len(out) == limit {
+			return nil, fmt.Errorf("more than %d missed firings between %s and %s: backfill a shorter range", limit, from.Format(time.RFC3339), to.Format(time.RFC3339))
+		}
+		out = append(out, t.UTC())
+	}
+	return out, nil
 }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"os/user"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -69,7 +70,8 @@ func newCronCommand() *cobra.Command {
 	f.Duration("jitter", 0, "start each firing up to this long after its time, by an offset every host computes alike (0: none)")
 	f.Duration("max-runtime", 0, "stop a run that has gone on this long (TERM, then KILL after the kill grace) and record it timed-out (0: no limit)")
 	f.String("jobs", "", "YAML file of jobs")
-	cmd.AddCommand(newCronHistoryCommand(), newCronListCommand())
+	cmd.AddCommand(newCronHistoryCommand(), newCronListCommand(), newCronPauseCommand(true), newCronPauseCommand(false),
+		newCronTriggerCommand(), newCronBackfillCommand())
 	return cmd
 }
 
@@ -284,9 +286,10 @@ func newCronHistoryCommand() *cobra.Command {
 // cronListEntry is one row of `coordrun cron list`.
 type cronListEntry struct {
 	supervisor.CronJobInfo
-	Next  *time.Time               `json:"next,omitempty"`
-	Last  *supervisor.FiringRecord `json:"last,omitempty"`
-	Hosts []supervisor.HolderInfo  `json:"hosts"`
+	Next   *time.Time               `json:"next,omitempty"`
+	Last   *supervisor.FiringRecord `json:"last,omitempty"`
+	Hosts  []supervisor.HolderInfo  `json:"hosts"`
+	Paused *supervisor.CronControl  `json:"paused,omitempty"`
 }
 
 func newCronListCommand() *cobra.Command {
@@ -313,6 +316,7 @@ func newCronListCommand() *cobra.Command {
 				if e.Hosts == nil {
 					e.Hosts = []supervisor.HolderInfo{}
 				}
+				e.Paused, _ = supervisor.CronPaused(ctx, c, v.GetString("root"), j.Name)
 				entries = append(entries, e)
 			}
 			if v.GetBool("json") {
@@ -324,6 +328,9 @@ func newCronListCommand() *cobra.Command {
 				next, last, state, host, exit := "", "", "", "", ""
 				if e.Next != nil {
 					next = e.Next.Local().Format(time.DateTime)
+				}
+				if e.Paused != nil {
+					next = "paused by " + e.Paused.By
 				}
 				if e.Last != nil {
 					last, state, host = e.Last.Scheduled.Local().Format(time.DateTime), string(e.Last.State), e.Last.Host
@@ -337,5 +344,121 @@ func newCronListCommand() *cobra.Command {
 		}),
 	}
 	addInspectFlags(cmd, "/coordrun/cron", "znode folder")
+	return cmd
+}
+
+// requester names who asks for a pause or a run by hand: user@host.
+func requester() string {
+	host, _ := os.Hostname()
+	name := os.Getenv("USER")
+	if u, err := user.Current(); err == nil {
+		name = u.Username
+	}
+	return name + "@" + host
+}
+
+func newCronPauseCommand(pause bool) *cobra.Command {
+	use, short := "resume JOB", "Resume a paused job: its firings run again"
+	if pause {
+		use, short = "pause JOB", "Pause a job on every host: its firings are recorded paused, not run"
+	}
+	cmd := &cobra.Command{
+		Use:   use,
+		Short: short,
+		Args:  cobra.ExactArgs(1),
+		RunE: withClient(func(cmd *cobra.Command, args []string, s *clientSession) error {
+			root, job := s.v.GetString("root"), args[0]
+			var changed bool
+			var err error
+			if pause {
+				changed, err = supervisor.PauseCron(s.ctx, s.c, root, job, requester())
+			} else {
+				changed, err = supervisor.ResumeCron(s.ctx, s.c, root, job)
+			}
+			if err != nil {
+				return err
+			}
+			switch {
+			case pause && changed:
+				fmt.Fprintf(cmd.OutOrStdout(), "%s paused\n", job)
+			case pause:
+				fmt.Fprintf(cmd.OutOrStdout(), "%s was already paused\n", job)
+			case changed:
+				fmt.Fprintf(cmd.OutOrStdout(), "%s resumed\n", job)
+			default:
+				fmt.Fprintf(cmd.OutOrStdout(), "%s was not paused\n", job)
+			}
+			return nil
+		}),
+	}
+	addInspectFlags(cmd, "/coordrun/cron", "znode folder")
+	return cmd
+}
+
+func newCronTriggerCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "trigger JOB",
+		Short: "Run a job once now, on one of its hosts, as a firing of its own (also while paused)",
+		Args:  cobra.ExactArgs(1),
+		RunE: withClient(func(cmd *cobra.Command, args []string, s *clientSession) error {
+			now := time.Now().UTC().Truncate(time.Second)
+			node, err := supervisor.RequestCron(s.ctx, s.c, s.v.GetString("root"), args[0],
+				supervisor.CronRequest{Kind: "trigger", Times: []time.Time{now}, By: requester()})
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "%s triggered for %s (%s); see coordrun cron history %s\n", args[0], now.Local().Format(time.DateTime), node, args[0])
+			return nil
+		}),
+	}
+	addInspectFlags(cmd, "/coordrun/cron", "znode folder")
+	return cmd
+}
+
+// backfillLimit bounds the firings one backfill may ask for.
+const backfillLimit = 1000
+
+func newCronBackfillCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "backfill JOB --from TIME --to TIME",
+		Short: "Run each scheduled time of a range that has no record, once, oldest first (also while paused)",
+		Args:  cobra.ExactArgs(1),
+		RunE: withClient(func(cmd *cobra.Command, args []string, s *clientSession) error {
+			from, err := time.Parse(time.RFC3339, s.v.GetString("from"))
+			if err != nil {
+				return usageError{fmt.Errorf("--from: want an RFC 3339 time (2026-12-01T03:00:00Z): %v", err)}
+			}
+			to, err := time.Parse(time.RFC3339, s.v.GetString("to"))
+			if err != nil {
+				return usageError{fmt.Errorf("--to: want an RFC 3339 time (2026-12-01T03:00:00Z): %v", err)}
+			}
+			if to.Before(from) {
+				return usageError{errors.New("--to is before --from")}
+			}
+			if to.After(time.Now()) {
+				return usageError{errors.New("--to is in the future: backfill runs firings whose time has passed")}
+			}
+			root, job := s.v.GetString("root"), args[0]
+			times, err := supervisor.MissedFirings(s.ctx, s.c, root, job, from, to, backfillLimit)
+			if err != nil {
+				return err
+			}
+			if len(times) == 0 {
+				fmt.Fprintf(cmd.OutOrStdout(), "%s: every scheduled time from %s to %s has a record; nothing to run\n", job, from.Format(time.RFC3339), to.Format(time.RFC3339))
+				return nil
+			}
+			if _, err := supervisor.RequestCron(s.ctx, s.c, root, job, supervisor.CronRequest{Kind: "backfill", Times: times, By: requester()}); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "%s: %d missed firings from %s to %s requested, oldest first\n", job, len(times),
+				times[0].Format(time.RFC3339), times[len(times)-1].Format(time.RFC3339))
+			return nil
+		}),
+	}
+	addInspectFlags(cmd, "/coordrun/cron", "znode folder")
+	cmd.Flags().String("from", "", "first scheduled time (RFC 3339)")
+	cmd.Flags().String("to", "", "last scheduled time (RFC 3339)")
+	_ = cmd.MarkFlagRequired("from")
+	_ = cmd.MarkFlagRequired("to")
 	return cmd
 }
