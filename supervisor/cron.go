@@ -55,6 +55,8 @@ type CronOptions struct {
 	Now func() time.Time
 	// OnFire, when set, observes every firing this host handled.
 	OnFire func(job string, rec FiringRecord)
+	// Metrics, when set, follows the firings (see CronMetrics).
+	Metrics *CronMetrics
 }
 
 // Validate checks every job (filling in their defaults), the root and the
@@ -182,6 +184,9 @@ func startCron(ctx context.Context, o CronOptions, log *slog.Logger) (*session, 
 		if err := h.register(ctx, j); err != nil {
 			return s, nil, err
 		}
+		if o.Metrics != nil {
+			o.Metrics.seed(ctx, s.c, o.Root, j)
+		}
 	}
 	return s, h, nil
 }
@@ -302,9 +307,7 @@ func (h *cronHost) fire(ctx context.Context, j *CronJob, at time.Time, catchUp b
 		v := int32(0)
 		h.record(ctx, node, &rec, &v)
 		h.s.log.Info("firing not run: the job is paused", "job", j.Name, "scheduled", at.Format(time.RFC3339))
-		if h.o.OnFire != nil {
-			h.o.OnFire(j.Name, rec)
-		}
+		h.ended(j.Name, rec)
 		return
 	}
 	// The claim created the node: version 0.
@@ -402,13 +405,21 @@ func (h *cronHost) serveRequest(ctx context.Context, j *CronJob, req CronRequest
 	}
 }
 
+// ended tells the observers of a firing this host ended or recorded.
+func (h *cronHost) ended(job string, rec FiringRecord) {
+	if h.o.Metrics != nil {
+		h.o.Metrics.observe(job, rec)
+	}
+	if h.o.OnFire != nil {
+		h.o.OnFire(job, rec)
+	}
+}
+
 // runClaimed runs a firing this host claimed (v: the record's version
 // the claim left) and tidies up.
 func (h *cronHost) runClaimed(ctx context.Context, j *CronJob, node string, rec *FiringRecord, v int32) {
 	h.runFiring(ctx, j, node, rec, v)
-	if h.o.OnFire != nil {
-		h.o.OnFire(j.Name, *rec)
-	}
+	h.ended(j.Name, *rec)
 	// Every record younger than the horizon (or the catch-up window, if
 	// longer) is kept.
 	pruneFirings(ctx, h.s.c, h.paths(j), j.History, h.o.Now().Add(-max(pruneHorizon, j.CatchUp)))
@@ -496,10 +507,11 @@ func (h *cronHost) scanLosses(ctx context.Context, j *CronJob, live []string, ru
 		h.s.log.Warn("firing lost with its host", "job", j.Name, "scheduled", rec.Scheduled.Format(time.RFC3339),
 			"host", rec.Host, "pid", rec.PID, "attempt", attempt, "run_again", retry)
 		if !retry {
-			if h.o.OnFire != nil {
-				h.o.OnFire(j.Name, next)
-			}
+			h.ended(j.Name, next)
 			continue
+		}
+		if h.o.Metrics != nil {
+			h.o.Metrics.retried(j.Name)
 		}
 		runs.Add(1)
 		go func() { defer runs.Done(); h.runClaimed(ctx, j, node, &next, nst.Version) }()

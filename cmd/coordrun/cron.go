@@ -5,15 +5,20 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"os/user"
+	"path/filepath"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/coordrun/coordrun/supervisor"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
+	"github.com/spf13/viper"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -70,6 +75,8 @@ func newCronCommand() *cobra.Command {
 	f.Duration("jitter", 0, "start each firing up to this long after its time, by an offset every host computes alike (0: none)")
 	f.Duration("max-runtime", 0, "stop a run that has gone on this long (TERM, then KILL after the kill grace) and record it timed-out (0: no limit)")
 	f.String("jobs", "", "YAML file of jobs")
+	f.String("metrics-addr", "", "serve Prometheus metrics per job at http://ADDR/metrics")
+	f.String("textfile", "", "also write the metrics to DIR/coordrun_cron_<jobs file or job>.prom, for node_exporter's textfile collector")
 	cmd.AddCommand(newCronHistoryCommand(), newCronListCommand(), newCronPauseCommand(true), newCronPauseCommand(false),
 		newCronTriggerCommand(), newCronBackfillCommand())
 	return cmd
@@ -123,6 +130,11 @@ func runCron(cmd *cobra.Command, args []string) error {
 	if err != nil {
 		return err
 	}
+	metrics, stopMetrics, err := cronMetrics(v, jobs)
+	if err != nil {
+		return usageError{err}
+	}
+	defer stopMetrics()
 	defer signal.Stop(sc.job.Signals)
 	return exitFrom(supervisor.RunCron(context.Background(), supervisor.CronOptions{
 		ConnOptions: sc.conn,
@@ -130,7 +142,43 @@ func runCron(cmd *cobra.Command, args []string) error {
 		Log:         sc.log,
 		Root:        v.GetString("root"),
 		Jobs:        jobs,
+		Metrics:     metrics,
 	}))
+}
+
+// cronMetrics sets up --metrics-addr and --textfile: the listener is
+// bound before anything else starts, so a taken port is a usage error.
+func cronMetrics(v *viper.Viper, jobs []*supervisor.CronJob) (*supervisor.CronMetrics, func(), error) {
+	addr, dir := v.GetString("metrics-addr"), v.GetString("textfile")
+	if addr == "" && dir == "" {
+		return nil, func() {}, nil
+	}
+	file := ""
+	if dir != "" {
+		if st, err := os.Stat(dir); err != nil || !st.IsDir() {
+			return nil, nil, fmt.Errorf("--textfile %s: not a directory", dir)
+		}
+		// Named after the jobs file, or the job: one file per cron
+		// process, stable across restarts.
+		name := jobs[0].Name
+		if f := v.GetString("jobs"); f != "" {
+			name = strings.TrimSuffix(filepath.Base(f), filepath.Ext(f))
+		}
+		file = filepath.Join(dir, "coordrun_cron_"+name+".prom")
+	}
+	m := supervisor.NewCronMetrics(file)
+	if addr == "" {
+		return m, func() {}, nil
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, nil, fmt.Errorf("--metrics-addr: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(m.Registry(), promhttp.HandlerOpts{}))
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	return m, func() { _ = srv.Close() }, nil
 }
 
 // jobSpec is one entry of a jobs file.
