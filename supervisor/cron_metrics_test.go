@@ -40,7 +40,7 @@ func cronMetric(mfs map[string]*dto.MetricFamily, family, job, result string) (f
 		for _, l := range m.GetLabel() {
 			labels[l.GetName()] = l.GetValue()
 		}
-		if labels["job"] != job || result != "" && labels["result"] != result {
+		if labels["cron_job"] != job || result != "" && labels["result"] != result {
 			continue
 		}
 		switch {
