@@ -619,7 +619,19 @@ func (h *cronHost) runFiring(ctx context.Context, j *CronJob, node string, rec *
 			fencing.EnvAttempt + "=" + strconv.Itoa(max(rec.Attempt, 1))}
 		log.Info("running", "job", j.Name, "scheduled", rec.Scheduled.Format(time.RFC3339), "token", e.Token(), "attempt", max(rec.Attempt, 1))
 		spec := jobSpec{exe: h.o.Exe, argv: j.Argv, env: h.o.Env, lockEnv: lockEnv(j.Name, e, extra...), grace: h.o.KillGrace}
+		var out *capture
+		if j.OutputBytes > 0 {
+			if out, err = newCapture(j.OutputBytes); err != nil {
+				log.Warn("cannot keep the job's output; it is not captured", "job", j.Name, "err", err)
+				out, err = nil, nil
+			} else {
+				spec.stdout, spec.stderr = out.outW, out.errW
+			}
+		}
 		code, err = hd.run(hctx, spec, nil)
+		if out != nil {
+			rec.Output, rec.OutputBytes = out.finish(h.o.KillGrace + time.Second)
+		}
 	}
 	rec.End = time.Now().UTC()
 	rec.ExitCode = &code

@@ -2,6 +2,7 @@ package supervisor_test
 
 import (
 	"fmt"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -206,5 +207,40 @@ func TestCronJitter(t *testing.T) {
 		} else {
 			t.Logf("firing %s: offset %v, started %v after its time on %s", cronFmt(at), ms(off), ms(ls[0].at.Sub(at)), ls[0].host)
 		}
+	}
+}
+
+// A run's output reaches the cron process's own stdout and stderr and its
+// end is kept with the record, cut at output-bytes.
+func TestCronOutputKept(t *testing.T) {
+	b := cronEnsemble(t)
+	r := newRig(t, b)
+	obs := cronObserver(t, b)
+	const root, job = "/cron-output", "chatty"
+	// 30 numbered lines on stdout, then one on stderr: 30*9+12 bytes.
+	script := `for i in $(seq 10 39); do echo "line $i."; done; echo "to stderr" >&2`
+	procs := cronStartProcs(r, 1, "o", root, job, "@every 2s", []string{"--output-bytes", "40"}, []string{"/bin/sh", "-c", script})
+	cronAwaitHosts(t, obs, root, job, 1)
+	var rec supervisor.FiringRecord
+	testkit.WaitFor(t, 10*time.Second, "a firing with its output", func() bool {
+		for _, x := range cronHistory(t, obs, root, job) {
+			if x.State == supervisor.FiringDone && x.OutputBytes > 0 {
+				rec = x
+				return true
+			}
+		}
+		return false
+	})
+	cronStopProcs(t, procs)
+	const total = int64(30*9 + len("to stderr\n"))
+	if rec.OutputBytes != total || len(rec.Output) != 40 || !strings.HasSuffix(rec.Output, "line 38.\nline 39.\nto stderr\n") {
+		t.Errorf("record kept %d of %d bytes: %q; want the last 40 of %d", len(rec.Output), rec.OutputBytes, rec.Output, total)
+	}
+	if out := procs[0].Out.String(); !strings.Contains(out, "line 10.") || !strings.Contains(out, "to stderr") {
+		t.Errorf("the job's output did not reach the cron process's own:\n%s", out)
+	}
+	out, code := cronCLI(t, r, root, "history", job, "--output", "--last", "0")
+	if code != 0 || !strings.Contains(out, fmt.Sprintf("output (%d bytes, the last 40 kept):", total)) || !strings.Contains(out, "    | to stderr") {
+		t.Errorf("cron history --output: exit %d:\n%s", code, out)
 	}
 }

@@ -106,6 +106,10 @@ type FiringRecord struct {
 	// holds those lost runs, oldest first.
 	Attempt int           `json:"attempt,omitempty"`
 	Earlier []LostAttempt `json:"earlier,omitempty"`
+	// Output is the end of the run's stdout and stderr, as text, at
+	// most the job's output-bytes of it; OutputBytes counts all of it.
+	Output      string `json:"output,omitempty"`
+	OutputBytes int64  `json:"output_bytes,omitempty"`
 }
 
 // LostAttempt is a run of a firing that was lost with its host, as the

@@ -45,6 +45,9 @@ type jobSpec struct {
 	// started before the lock is entered.
 	lockEnv []string
 	grace   time.Duration // SIGTERM to SIGKILL
+	// stdout and stderr, when set, replace this process's as the job's
+	// (and its watchdog's); cron passes pipes to keep the output's tail.
+	stdout, stderr *os.File
 }
 
 // spawnGuarded starts spec's watchdog, armed to run the job: it waits for
@@ -65,6 +68,12 @@ func spawnGuarded(spec jobSpec) (*guardedJob, error) {
 	args := append([]string{WatchdogCommand, "--grace", spec.grace.String(), "--armed", "--" + WatchdogLockEnvFlag, "--"}, spec.argv...)
 	wd := exec.Command(spec.exe, args...)
 	wd.Stdin, wd.Stdout, wd.Stderr = os.Stdin, os.Stdout, os.Stderr
+	if spec.stdout != nil {
+		wd.Stdout = spec.stdout
+	}
+	if spec.stderr != nil {
+		wd.Stderr = spec.stderr
+	}
 	wd.Env = spec.env
 	wd.ExtraFiles = []*os.File{ctrlR, repW} // fds 3 and 4
 	wd.SysProcAttr = &syscall.SysProcAttr{

@@ -39,8 +39,11 @@ type CronJob struct {
 	// Jitter, when set, delays each firing by an offset in [0, Jitter)
 	// that every host derives alike from the job and the scheduled time
 	// (Offset), so that the hosts still contend for the same firing.
-	Jitter   time.Duration
-	schedule cron.Schedule
+	Jitter time.Duration
+	// OutputBytes is how much of the end of a run's output (stdout and
+	// stderr) its record keeps; 0: none.
+	OutputBytes int
+	schedule    cron.Schedule
 }
 
 // ParseSchedule parses a schedule the way cron jobs are configured: five
@@ -133,6 +136,9 @@ func (j *CronJob) Validate() error {
 	}
 	if j.Jitter < 0 {
 		return fmt.Errorf("job %s: negative jitter", j.Name)
+	}
+	if j.OutputBytes < 0 || j.OutputBytes > maxOutputBytes {
+		return fmt.Errorf("job %s: output-bytes %d: want 0 to %d (the record is one znode)", j.Name, j.OutputBytes, maxOutputBytes)
 	}
 	if j.History == 0 {
 		j.History = 100

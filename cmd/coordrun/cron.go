@@ -44,6 +44,7 @@ Schedules use cron syntax with optional seconds ("*/5 * * * *",
       retry-lost: 1                          # run again if lost with its host
       max-runtime: 2h                        # stopped and recorded timed-out after
       jitter: 5m                             # start up to 5m late, alike on every host
+      output-bytes: 65536                    # end of the output kept with each record
 
 The job runs like under coordrun run, with COORDRUN_SCHEDULED_TIME and
 COORDRUN_ATTEMPT added. A firing whose host dies while it runs (or waits
@@ -72,6 +73,7 @@ func newCronCommand() *cobra.Command {
 	f.Duration("catch-up", 0, "at start, run the latest missed firing if it is younger than this (0: never)")
 	f.Int("history", 100, "firing records kept per job")
 	f.Int("retry-lost", 0, "times a firing lost with its host is run again on another host")
+	f.Int("output-bytes", 64<<10, "keep this much of the end of each run's output (stdout and stderr) with its record (0: none)")
 	f.Duration("jitter", 0, "start each firing up to this long after its time, by an offset every host computes alike (0: none)")
 	f.Duration("max-runtime", 0, "stop a run that has gone on this long (TERM, then KILL after the kill grace) and record it timed-out (0: no limit)")
 	f.String("jobs", "", "YAML file of jobs")
@@ -108,9 +110,10 @@ func runCron(cmd *cobra.Command, args []string) error {
 			CatchUp: v.GetDuration("catch-up"),
 			History: v.GetInt("history"),
 
-			RetryLost:  v.GetInt("retry-lost"),
-			MaxRuntime: v.GetDuration("max-runtime"),
-			Jitter:     v.GetDuration("jitter"),
+			RetryLost:   v.GetInt("retry-lost"),
+			MaxRuntime:  v.GetDuration("max-runtime"),
+			Jitter:      v.GetDuration("jitter"),
+			OutputBytes: v.GetInt("output-bytes"),
 		}
 		if v.GetBool("shell") {
 			j.Argv = []string{"/bin/sh", "-c", strings.Join(args, " ")}
@@ -183,16 +186,17 @@ func cronMetrics(v *viper.Viper, jobs []*supervisor.CronJob) (*supervisor.CronMe
 
 // jobSpec is one entry of a jobs file.
 type jobSpec struct {
-	Name       string    `yaml:"name"`
-	Schedule   string    `yaml:"schedule"`
-	Command    yaml.Node `yaml:"command"`
-	TZ         string    `yaml:"tz"`
-	Overlap    string    `yaml:"overlap"`
-	CatchUp    string    `yaml:"catch-up"`
-	History    int       `yaml:"history"`
-	RetryLost  int       `yaml:"retry-lost"`
-	MaxRuntime string    `yaml:"max-runtime"`
-	Jitter     string    `yaml:"jitter"`
+	Name        string    `yaml:"name"`
+	Schedule    string    `yaml:"schedule"`
+	Command     yaml.Node `yaml:"command"`
+	TZ          string    `yaml:"tz"`
+	Overlap     string    `yaml:"overlap"`
+	CatchUp     string    `yaml:"catch-up"`
+	History     int       `yaml:"history"`
+	RetryLost   int       `yaml:"retry-lost"`
+	MaxRuntime  string    `yaml:"max-runtime"`
+	Jitter      string    `yaml:"jitter"`
+	OutputBytes *int      `yaml:"output-bytes"`
 }
 
 // loadJobsFile reads a jobs file, naming the line of the first problem.
@@ -235,7 +239,11 @@ func loadJobsFile(file string) ([]*supervisor.CronJob, error) {
 			return nil, at("job %s already defined at line %d", s.Name, line)
 		}
 		seen[s.Name] = n.Line
-		j := &supervisor.CronJob{Name: s.Name, Spec: s.Schedule, TZ: s.TZ, Overlap: s.Overlap, History: s.History, RetryLost: s.RetryLost}
+		j := &supervisor.CronJob{Name: s.Name, Spec: s.Schedule, TZ: s.TZ, Overlap: s.Overlap, History: s.History, RetryLost: s.RetryLost,
+			OutputBytes: 64 << 10}
+		if s.OutputBytes != nil {
+			j.OutputBytes = *s.OutputBytes
+		}
 		switch s.Command.Kind {
 		case yaml.ScalarNode:
 			if strings.TrimSpace(s.Command.Value) != "" {
@@ -277,7 +285,7 @@ func checkJobKeys(n *yaml.Node) error {
 	if n.Kind != yaml.MappingNode {
 		return fmt.Errorf("%d: a job must be a mapping", n.Line)
 	}
-	known := map[string]bool{"name": true, "schedule": true, "command": true, "tz": true, "overlap": true, "catch-up": true, "history": true, "retry-lost": true, "max-runtime": true, "jitter": true}
+	known := map[string]bool{"name": true, "schedule": true, "command": true, "tz": true, "overlap": true, "catch-up": true, "history": true, "retry-lost": true, "max-runtime": true, "jitter": true, "output-bytes": true}
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		if k := n.Content[i]; !known[k.Value] {
 			return fmt.Errorf("%d: unknown job key %q", k.Line, k.Value)
@@ -322,12 +330,28 @@ func newCronHistoryCommand() *cobra.Command {
 				}
 				fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%d\t%d\t%s\t%s\t%s\t%s\n", r.Scheduled.Local().Format(time.DateTime), r.State,
 					max(r.Attempt, 1), r.Host, r.PID, r.Token, start, dur, exit, strings.TrimPrefix(note, "; "))
+				if v.GetBool("output") && r.OutputBytes > 0 {
+					// The output breaks the table's columns: flush
+					// before it, and indent it.
+					if err := tw.Flush(); err != nil {
+						return err
+					}
+					kept := ""
+					if int64(len(r.Output)) < r.OutputBytes {
+						kept = fmt.Sprintf(", the last %d kept", len(r.Output))
+					}
+					fmt.Fprintf(cmd.OutOrStdout(), "    output (%d bytes%s):\n", r.OutputBytes, kept)
+					for _, line := range strings.Split(strings.TrimRight(r.Output, "\n"), "\n") {
+						fmt.Fprintf(cmd.OutOrStdout(), "    | %s\n", line)
+					}
+				}
 			}
 			return tw.Flush()
 		}),
 	}
 	addInspectFlags(cmd, "/coordrun/cron", "znode folder")
 	cmd.Flags().Int("last", 20, "show only the newest N firings (0: all)")
+	cmd.Flags().Bool("output", false, "print each firing's kept output after its line")
 	return cmd
 }
 
