@@ -556,6 +556,37 @@ func (h *cronHost) record(ctx context.Context, node string, rec *FiringRecord, v
 	}
 }
 
+// replaceEarlier marks the job's earlier firings that still run, or wait
+// to, as replaced by rec's: each with a write conditional on its record's
+// version, so a firing that ended meanwhile keeps its own record.
+func (h *cronHost) replaceEarlier(ctx context.Context, j *CronJob, rec *FiringRecord) {
+	p := h.paths(j)
+	kids, _, err := h.s.c.Children(ctx, p.firings())
+	if err != nil {
+		return
+	}
+	for _, k := range kids {
+		node := path.Join(p.firings(), k)
+		b, st, err := h.s.c.Get(ctx, node)
+		if err != nil {
+			continue
+		}
+		var old FiringRecord
+		if json.Unmarshal(b, &old) != nil || old.Nonce == rec.Nonce || !old.Scheduled.Before(rec.Scheduled) ||
+			(old.State != FiringRunning && old.State != FiringClaimed) {
+			continue
+		}
+		old.State = FiringReplaced
+		old.Reason = "replaced by the firing of " + rec.Scheduled.Format(time.RFC3339)
+		old.End = time.Now().UTC()
+		nb, _ := json.Marshal(old)
+		if _, err := h.s.c.Set(ctx, node, nb, st.Version); err == nil {
+			h.s.log.Info("replacing the previous run", "job", j.Name, "scheduled", old.Scheduled.Format(time.RFC3339), "host", old.Host, "pid", old.PID)
+			h.ended(j.Name, old)
+		}
+	}
+}
+
 // runFiring runs a claimed firing under the job's lock; claimVersion is
 // the version of the record the claim left. The firing's record and the
 // lock's nodes are watched while the job runs: if another client deletes
@@ -574,8 +605,14 @@ func (h *cronHost) runFiring(ctx context.Context, j *CronJob, node string, rec *
 	}
 	defer func() { _ = h.s.release(wctx, e) }()
 	acquire := e.Acquire
-	if j.Overlap == OverlapSkip {
+	switch j.Overlap {
+	case OverlapSkip:
 		acquire = e.TryAcquire
+	case OverlapReplace:
+		// Their hosts watch their records: a run replaced stops (TERM,
+		// then KILL after its kill grace) and lets the lock go once its
+		// group is gone, which is when Acquire returns here.
+		h.replaceEarlier(wctx, j, rec)
 	}
 	if err := withAccessHint(acquire(ctx, nil)); err != nil {
 		rec.State = FiringSkipped
@@ -591,6 +628,13 @@ func (h *cronHost) runFiring(ctx context.Context, j *CronJob, node string, rec *
 	standing := e.WatchStanding(hctx)
 	rec.State, rec.Token, rec.Start = FiringRunning, e.Token(), time.Now().UTC()
 	v := h.record(wctx, node, rec, &claimVersion)
+	if v < 0 {
+		// Another host has changed the record while this one waited
+		// for the lock (a later firing replaced it, or found this host
+		// gone): it is not this host's to run any more.
+		log.Info("firing not run: its record changed while it waited", "job", j.Name, "scheduled", rec.Scheduled.Format(time.RFC3339))
+		return
+	}
 	claim, _ := recipe.WatchNodes(hctx, h.s.c, []recipe.Watched{{Path: node, OK: func(st wire.Stat) bool { return st.Version == v }}})
 
 	// Register for signals and check for a stop in one step: a job

@@ -244,3 +244,73 @@ func TestCronOutputKept(t *testing.T) {
 		t.Errorf("cron history --output: exit %d:\n%s", code, out)
 	}
 }
+
+// Overlap replace: each firing stops the previous run, on whichever host
+// it is, and starts once that run's job is gone; the replaced firing's
+// record says so.
+func TestCronReplace(t *testing.T) {
+	b := cronEnsemble(t)
+	r := newRig(t, b)
+	obs := cronObserver(t, b)
+	const root, job = "/cron-replace", "replacejob"
+	runs := r.path("runs.log")
+	// Runs far longer than the 3s period; a TERM is logged, then the job
+	// exits.
+	// (The trap spawns nothing: a child started while the job's group
+	// is being stopped may not live to print.)
+	script := fmt.Sprintf(`trap 'echo "term $COORDRUN_SCHEDULED_TIME 0 $CRON_HOST $COORDRUN_FENCING_TOKEN $$" >> %s; exit 143' TERM
+echo "start $COORDRUN_SCHEDULED_TIME $(date +%%s%%N) $CRON_HOST $COORDRUN_FENCING_TOKEN $$" >> %s
+sleep 30 & wait`, runs, runs)
+	procs := cronStartProcs(r, 2, "r", root, job, "@every 3s", []string{"--overlap", "replace"}, []string{"/bin/sh", "-c", script})
+	cronAwaitHosts(t, obs, root, job, 2)
+	registered := time.Now()
+	testkit.WaitFor(t, 25*time.Second, "four runs, each replaced by the next", func() bool {
+		n := 0
+		for _, l := range cronReadLog(t, runs) {
+			if l.kind == "start" && l.sched.After(registered) {
+				n++
+			}
+		}
+		return n >= 4
+	})
+	cronStopProcs(t, procs)
+	var starts, terms []cronLine
+	for _, l := range cronReadLog(t, runs) {
+		switch l.kind {
+		case "start":
+			starts = append(starts, l)
+		case "term":
+			terms = append(terms, l)
+		}
+	}
+	termOf := map[int64]cronLine{}
+	for _, l := range terms {
+		termOf[l.sched.Unix()] = l
+	}
+	recs := cronByTime(cronHistory(t, obs, root, job))
+	checked := 0
+	for i := 1; i < len(starts); i++ {
+		prev, next := starts[i-1], starts[i]
+		if x := recs[prev.sched.Unix()]; x.State != supervisor.FiringReplaced {
+			continue // the last runs, stopped with the hosts
+		}
+		if _, ok := termOf[prev.sched.Unix()]; !ok {
+			t.Errorf("replaced firing %s got no TERM", cronFmt(prev.sched))
+			continue
+		}
+		if x := recs[prev.sched.Unix()]; !next.at.After(x.End) || next.token <= prev.token {
+			t.Errorf("firing %s started %v after the one it replaced was marked replaced (token %d after %d); want after it, with a higher token",
+				cronFmt(next.sched), ms(next.at.Sub(x.End)), next.token, prev.token)
+		}
+		if x := recs[prev.sched.Unix()]; !strings.Contains(x.Reason, next.sched.UTC().Format(time.RFC3339)) {
+			t.Errorf("replaced firing %s: reason %q, want it to name %s", cronFmt(prev.sched), x.Reason, cronFmt(next.sched))
+		}
+		checked++
+	}
+	if checked < 3 {
+		t.Errorf("only %d replacements checked", checked)
+		for _, x := range cronHistory(t, obs, root, job) {
+			t.Logf("record: %s %s %q start %v", cronFmt(x.Scheduled), x.State, x.Reason, x.Start.Format("15:04:05.000"))
+		}
+	}
+}

@@ -16,7 +16,7 @@ import (
 
 // Results of a firing, as metrics and history name them: the state of its
 // record, with a run that ended split into done (exit 0) and failed.
-var firingResults = []string{"done", "failed", string(FiringLost), string(FiringTimedOut), string(FiringSkipped), string(FiringPaused)}
+var firingResults = []string{"done", "failed", string(FiringLost), string(FiringTimedOut), string(FiringReplaced), string(FiringSkipped), string(FiringPaused)}
 
 // FiringResult is how a firing ended, or its state while it has not.
 func FiringResult(r FiringRecord) string {

@@ -76,6 +76,9 @@ const (
 	// FiringTimedOut: the job ran past the job's max-runtime and was
 	// stopped (TERM, then KILL after the kill grace).
 	FiringTimedOut = FiringState("timed-out")
+	// FiringReplaced: a later firing stopped this one's run (overlap
+	// replace).
+	FiringReplaced = FiringState("replaced")
 	// FiringPaused: the job was paused at the firing's time; not run.
 	FiringPaused = FiringState("paused")
 	// FiringUnreadable: the record's data is not a FiringRecord (a reader's

@@ -18,6 +18,9 @@ import (
 const (
 	OverlapSkip  = "skip"
 	OverlapQueue = "queue"
+	// OverlapReplace stops the previous run (on whichever host it is)
+	// and starts the new one once the old one's group is gone.
+	OverlapReplace = "replace"
 )
 
 // CronJob is one scheduled job.
@@ -26,7 +29,7 @@ type CronJob struct {
 	Spec    string // robfig/cron syntax, seconds optional, descriptors, CRON_TZ=
 	TZ      string // time zone name; empty: local, unless Spec has CRON_TZ=
 	Argv    []string
-	Overlap string        // OverlapSkip (default) or OverlapQueue
+	Overlap string        // OverlapSkip (default), OverlapQueue or OverlapReplace
 	CatchUp time.Duration // run the latest missed firing if younger than this; 0: never
 	History int           // firing records kept; default 100
 	// RetryLost is how many times a firing lost with its host (its
@@ -121,9 +124,9 @@ func (j *CronJob) Validate() error {
 	switch j.Overlap {
 	case "":
 		j.Overlap = OverlapSkip
-	case OverlapSkip, OverlapQueue:
+	case OverlapSkip, OverlapQueue, OverlapReplace:
 	default:
-		return fmt.Errorf("job %s: overlap %q: want skip or queue", j.Name, j.Overlap)
+		return fmt.Errorf("job %s: overlap %q: want skip, queue or replace", j.Name, j.Overlap)
 	}
 	if j.CatchUp < 0 {
 		return fmt.Errorf("job %s: negative catch-up window", j.Name)

@@ -126,7 +126,7 @@ func TestCronJobValidate(t *testing.T) {
 		{func(j *CronJob) { j.Name = ".." }, `bad job name ".."`},
 		{func(j *CronJob) { j.Argv = nil }, "job nightly: no command"},
 		{func(j *CronJob) { j.Spec = "61 * * * *" }, `job nightly: schedule "61 * * * *"`},
-		{func(j *CronJob) { j.Overlap = "sometimes" }, `overlap "sometimes": want skip or queue`},
+		{func(j *CronJob) { j.Overlap = "sometimes" }, `overlap "sometimes": want skip, queue or replace`},
 		{func(j *CronJob) { j.CatchUp = -time.Second }, "negative catch-up"},
 		{func(j *CronJob) { j.History = -1 }, "at least 1 firing"},
 		{func(j *CronJob) { j.Overlap = OverlapQueue; j.History = 1; j.CatchUp = time.Hour }, ""},

@@ -38,7 +38,7 @@ Schedules use cron syntax with optional seconds ("*/5 * * * *",
       schedule: "0 3 * * *"
       command: /usr/local/bin/nightly.sh      # a string runs through sh -c
       tz: Europe/Berlin
-      overlap: skip                          # or queue
+      overlap: skip                          # or queue, or replace
       catch-up: 1h
       history: 100
       retry-lost: 1                          # run again if lost with its host
@@ -69,7 +69,7 @@ func newCronCommand() *cobra.Command {
 	f.String("schedule", "", "cron schedule of the job given on the command line")
 	f.String("name", "", "job name (default: the command's base name)")
 	f.String("tz", "", "time zone of the schedule (default: local)")
-	f.String("overlap", supervisor.OverlapSkip, "when the previous run is still going: skip or queue")
+	f.String("overlap", supervisor.OverlapSkip, "when the previous run is still going: skip, queue, or replace (stop it, then start)")
 	f.Duration("catch-up", 0, "at start, run the latest missed firing if it is younger than this (0: never)")
 	f.Int("history", 100, "firing records kept per job")
 	f.Int("retry-lost", 0, "times a firing lost with its host is run again on another host")
