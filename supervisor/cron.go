@@ -372,6 +372,10 @@ func (h *cronHost) watchRequests(ctx context.Context, j *CronJob, runs *sync.Wai
 			}
 			seq := strings.TrimPrefix(k, "t-")
 			runs.Add(1)
+			if req.Kind == "retry" {
+				go func() { defer runs.Done(); h.serveRetry(ctx, j, req) }()
+				continue
+			}
 			go func() { defer runs.Done(); h.serveRequest(ctx, j, req, seq) }()
 		}
 		select {
@@ -485,7 +489,7 @@ func (h *cronHost) scanLosses(ctx context.Context, j *CronJob, live []string, ru
 		}
 		now := time.Now().UTC()
 		attempt := max(rec.Attempt, 1)
-		lost := LostAttempt{Attempt: attempt, Host: rec.Host, PID: rec.PID, Token: rec.Token, Start: rec.Start,
+		lost := PastAttempt{Attempt: attempt, Host: rec.Host, PID: rec.PID, Token: rec.Token, Start: rec.Start,
 			Lost: now, LostBy: h.hostNode, Reason: "its host's session ended while it " + string(rec.State)}
 		next := rec
 		next.Earlier = append(slices.Clone(rec.Earlier), lost)
@@ -690,7 +694,58 @@ func (h *cronHost) runFiring(ctx context.Context, j *CronJob, node string, rec *
 		rec.State, rec.Reason = FiringTimedOut, err.Error()
 	}
 	log.Info("finished", "job", j.Name, "scheduled", rec.Scheduled.Format(time.RFC3339), "exit", code, "duration", rec.End.Sub(rec.Start))
-	h.record(wctx, node, rec, &claimVersion)
+	if h.record(wctx, node, rec, &claimVersion) >= 0 && FiringResult(*rec) == "failed" && max(rec.Attempt, 1) <= j.RetryFailed {
+		// Any host may take the retry: it is a request like a trigger.
+		req := CronRequest{Kind: "retry", Times: []time.Time{rec.Scheduled}, By: h.hostNode, Firing: path.Base(node),
+			Attempt: max(rec.Attempt, 1), NotBefore: time.Now().Add(j.RetryBackoff).UTC()}
+		if _, err := RequestCron(wctx, h.s.c, h.o.Root, j.Name, req); err != nil {
+			log.Warn("cannot ask for a retry of the failed run", "job", j.Name, "scheduled", rec.Scheduled.Format(time.RFC3339), "err", err)
+		} else {
+			log.Info("failed run to be run again", "job", j.Name, "scheduled", rec.Scheduled.Format(time.RFC3339), "attempt", req.Attempt+1, "after", j.RetryBackoff)
+		}
+	}
+}
+
+// serveRetry runs a failed firing again once its backoff has passed, if
+// its record still says it failed at the attempt the request names; the
+// write that claims the retry is conditional on the record's version.
+func (h *cronHost) serveRetry(ctx context.Context, j *CronJob, req CronRequest) {
+	if d := time.Until(req.NotBefore); d > 0 {
+		t := time.NewTimer(d)
+		defer t.Stop()
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+	node := path.Join(h.paths(j).firings(), req.Firing)
+	b, st, err := h.s.c.Get(ctx, node)
+	if err != nil {
+		return
+	}
+	var rec FiringRecord
+	if json.Unmarshal(b, &rec) != nil || FiringResult(rec) != "failed" || max(rec.Attempt, 1) != req.Attempt {
+		return
+	}
+	hi := holderInfo(j.Argv, h.s.c.SessionTimeout(), h.o.KillGrace+h.s.margin)
+	past := PastAttempt{Attempt: req.Attempt, Host: rec.Host, PID: rec.PID, Token: rec.Token, Start: rec.Start, End: rec.End,
+		ExitCode: rec.ExitCode, Reason: fmt.Sprintf("exited %d", *rec.ExitCode)}
+	next := rec
+	next.Earlier = append(slices.Clone(rec.Earlier), past)
+	next.State, next.Reason = FiringClaimed, fmt.Sprintf("run again after attempt %d failed", req.Attempt)
+	next.Host, next.PID, next.Nonce, next.Claimed, next.HostNode = hi.Host, hi.PID, recipe.Nonce(), time.Now().UTC(), h.hostNode
+	next.Attempt, next.Token, next.Start, next.End, next.ExitCode = req.Attempt+1, 0, time.Time{}, time.Time{}, nil
+	next.Output, next.OutputBytes = "", 0
+	nb, _ := json.Marshal(next)
+	nst, err := h.s.c.Set(ctx, node, nb, st.Version)
+	if err != nil {
+		return
+	}
+	if h.o.Metrics != nil {
+		h.o.Metrics.retried(j.Name)
+	}
+	h.runClaimed(ctx, j, node, &next, nst.Version)
 }
 
 // mergeLosses delivers the first loss of either channel.

@@ -314,3 +314,53 @@ sleep 30 & wait`, runs, runs)
 		}
 	}
 }
+
+// retry-failed: a run that exits non-zero is run again after the backoff,
+// by whichever host takes the retry, until it succeeds or the retries
+// are spent; each attempt runs once.
+func TestCronRetryFailed(t *testing.T) {
+	b := cronEnsemble(t)
+	r := newRig(t, b)
+	obs := cronObserver(t, b)
+	const root, job, backoff = "/cron-retry-failed", "flaky", time.Second
+	runs := r.path("runs.log")
+	// Fails on its first two attempts.
+	script := fmt.Sprintf(`echo "start $COORDRUN_SCHEDULED_TIME $(date +%%s%%N) $CRON_HOST $COORDRUN_FENCING_TOKEN $COORDRUN_ATTEMPT" >> %s; [ "$COORDRUN_ATTEMPT" -ge 3 ] || exit 3`, runs)
+	procs := cronStartProcs(r, 2, "f", root, job, "@every 30s", []string{"--retry-failed", "2", "--retry-backoff", backoff.String()}, []string{"/bin/sh", "-c", script})
+	cronAwaitHosts(t, obs, root, job, 2)
+	var rec supervisor.FiringRecord
+	testkit.WaitFor(t, 50*time.Second, "a firing to succeed at its third attempt", func() bool {
+		for _, x := range cronHistory(t, obs, root, job) {
+			if supervisor.FiringResult(x) == "done" && x.Attempt == 3 {
+				rec = x
+				return true
+			}
+		}
+		return false
+	})
+	cronStopProcs(t, procs)
+	if len(rec.Earlier) != 2 {
+		t.Fatalf("record %+v: want two failed attempts before", rec)
+	}
+	for i, a := range rec.Earlier {
+		if a.Attempt != i+1 || a.ExitCode == nil || *a.ExitCode != 3 {
+			t.Errorf("earlier attempt %d: %+v, want attempt %d, exit 3", i, a, i+1)
+		}
+		next := rec.Start
+		if i+1 < len(rec.Earlier) {
+			next = rec.Earlier[i+1].Start
+		}
+		if next.Sub(a.End) < backoff {
+			t.Errorf("attempt %d started %v after attempt %d ended, want at least the backoff %v", i+2, ms(next.Sub(a.End)), i+1, backoff)
+		}
+	}
+	n := 0
+	for _, l := range cronReadLog(t, runs) {
+		if l.kind == "start" && l.sched.Equal(rec.Scheduled) {
+			n++
+		}
+	}
+	if n != 3 {
+		t.Errorf("firing %s ran %d times, want 3 (two failures, one success)", cronFmt(rec.Scheduled), n)
+	}
+}

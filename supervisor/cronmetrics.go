@@ -63,7 +63,7 @@ func NewCronMetrics(textfile string) *CronMetrics {
 		runs: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "coordrun_cron_firings_total",
 			Help: "Firings this host ended or recorded, by result."}, []string{"cron_job", "result"}),
 		retries: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "coordrun_cron_retries_total",
-			Help: "Firings lost with their host that this host ran again."}, []string{"cron_job"}),
+			Help: "Firings this host ran again, after a loss with their host or a failed run."}, []string{"cron_job"}),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "coordrun_cron_run_duration_seconds",
 			Help:    "How long this host's runs took, from the job's start to its end.",
 			Buckets: prometheus.ExponentialBuckets(0.1, 4, 10)}, []string{"cron_job"}),

@@ -108,42 +108,46 @@ type FiringRecord struct {
 	// run lost with its host that was run again (retry-lost). Earlier
 	// holds those lost runs, oldest first.
 	Attempt int           `json:"attempt,omitempty"`
-	Earlier []LostAttempt `json:"earlier,omitempty"`
+	Earlier []PastAttempt `json:"earlier,omitempty"`
 	// Output is the end of the run's stdout and stderr, as text, at
 	// most the job's output-bytes of it; OutputBytes counts all of it.
 	Output      string `json:"output,omitempty"`
 	OutputBytes int64  `json:"output_bytes,omitempty"`
 }
 
-// LostAttempt is a run of a firing that was lost with its host, as the
-// host that noticed recorded it.
-type LostAttempt struct {
-	Attempt int       `json:"attempt"`
-	Host    string    `json:"host"`
-	PID     int       `json:"pid"`
-	Token   int64     `json:"token,omitempty"`
-	Start   time.Time `json:"start,omitzero"`
-	Lost    time.Time `json:"lost"`
-	LostBy  string    `json:"lost_by"`
-	Reason  string    `json:"reason"`
+// PastAttempt is an earlier run of a firing: one lost with its host
+// (Lost, LostBy: when it was noticed, and by which host), or one that
+// exited non-zero and was run again (End, ExitCode).
+type PastAttempt struct {
+	Attempt  int       `json:"attempt"`
+	Host     string    `json:"host"`
+	PID      int       `json:"pid"`
+	Token    int64     `json:"token,omitempty"`
+	Start    time.Time `json:"start,omitzero"`
+	End      time.Time `json:"end,omitzero"`
+	ExitCode *int      `json:"exit_code,omitempty"`
+	Lost     time.Time `json:"lost,omitzero"`
+	LostBy   string    `json:"lost_by,omitempty"`
+	Reason   string    `json:"reason"`
 }
 
 // CronJobInfo is what a cron process publishes about a job, for
 // `coordrun cron list`.
 type CronJobInfo struct {
-	Name       string   `json:"name"`
-	Schedule   string   `json:"schedule"`
-	TZ         string   `json:"tz,omitempty"`
-	Command    []string `json:"command"`
-	Overlap    string   `json:"overlap"`
-	CatchUp    string   `json:"catch_up,omitempty"`
-	RetryLost  int      `json:"retry_lost,omitempty"`
-	MaxRuntime string   `json:"max_runtime,omitempty"`
-	Jitter     string   `json:"jitter,omitempty"`
+	Name        string   `json:"name"`
+	Schedule    string   `json:"schedule"`
+	TZ          string   `json:"tz,omitempty"`
+	Command     []string `json:"command"`
+	Overlap     string   `json:"overlap"`
+	CatchUp     string   `json:"catch_up,omitempty"`
+	RetryLost   int      `json:"retry_lost,omitempty"`
+	RetryFailed int      `json:"retry_failed,omitempty"`
+	MaxRuntime  string   `json:"max_runtime,omitempty"`
+	Jitter      string   `json:"jitter,omitempty"`
 }
 
 func jobInfo(j *CronJob) CronJobInfo {
-	info := CronJobInfo{Name: j.Name, Schedule: j.Spec, TZ: j.TZ, Command: j.Argv, Overlap: j.Overlap, RetryLost: j.RetryLost}
+	info := CronJobInfo{Name: j.Name, Schedule: j.Spec, TZ: j.TZ, Command: j.Argv, Overlap: j.Overlap, RetryLost: j.RetryLost, RetryFailed: j.RetryFailed}
 	if j.CatchUp > 0 {
 		info.CatchUp = j.CatchUp.String()
 	}
@@ -252,10 +256,15 @@ func CronJobs(ctx context.Context, c *client.Client, root string) ([]CronJobInfo
 // (backfill). One host takes it (deleting the request is the claim) and
 // runs the times in order, under the job's overlap policy.
 type CronRequest struct {
-	Kind  string      `json:"kind"` // "trigger" or "backfill"
+	Kind  string      `json:"kind"` // "trigger", "backfill", or "retry" (retry-failed)
 	Times []time.Time `json:"times"`
 	By    string      `json:"by"`
 	At    time.Time   `json:"at"`
+	// A retry names the firing's record, the attempt that failed, and
+	// when the next may start (retry-backoff).
+	Firing    string    `json:"firing,omitempty"`
+	Attempt   int       `json:"attempt,omitempty"`
+	NotBefore time.Time `json:"not_before,omitzero"`
 }
 
 // CronControl is who paused a job, and when.

@@ -36,6 +36,11 @@ type CronJob struct {
 	// claimant's session ended while the job ran or waited) is run
 	// again, on another host; 0: recorded lost, not run again.
 	RetryLost int
+	// RetryFailed is how many times a run that exited non-zero is run
+	// again, RetryBackoff after it ended, on whichever host takes the
+	// retry; 0: never.
+	RetryFailed  int
+	RetryBackoff time.Duration
 	// MaxRuntime, when set, stops a run that has gone on that long
 	// (TERM, then KILL after the kill grace) and records it timed-out.
 	MaxRuntime time.Duration
@@ -133,6 +138,9 @@ func (j *CronJob) Validate() error {
 	}
 	if j.RetryLost < 0 {
 		return fmt.Errorf("job %s: negative retry-lost", j.Name)
+	}
+	if j.RetryFailed < 0 || j.RetryBackoff < 0 {
+		return fmt.Errorf("job %s: negative retry-failed or retry-backoff", j.Name)
 	}
 	if j.MaxRuntime < 0 {
 		return fmt.Errorf("job %s: negative max-runtime", j.Name)

@@ -42,6 +42,8 @@ Schedules use cron syntax with optional seconds ("*/5 * * * *",
       catch-up: 1h
       history: 100
       retry-lost: 1                          # run again if lost with its host
+      retry-failed: 2                        # run again if it exits non-zero,
+      retry-backoff: 5m                      #   this long after
       max-runtime: 2h                        # stopped and recorded timed-out after
       jitter: 5m                             # start up to 5m late, alike on every host
       output-bytes: 65536                    # end of the output kept with each record
@@ -73,6 +75,8 @@ func newCronCommand() *cobra.Command {
 	f.Duration("catch-up", 0, "at start, run the latest missed firing if it is younger than this (0: never)")
 	f.Int("history", 100, "firing records kept per job")
 	f.Int("retry-lost", 0, "times a firing lost with its host is run again on another host")
+	f.Int("retry-failed", 0, "times a run that exited non-zero is run again, on whichever host takes the retry")
+	f.Duration("retry-backoff", 10*time.Second, "how long after a failed run its retry starts")
 	f.Int("output-bytes", 64<<10, "keep this much of the end of each run's output (stdout and stderr) with its record (0: none)")
 	f.Duration("jitter", 0, "start each firing up to this long after its time, by an offset every host computes alike (0: none)")
 	f.Duration("max-runtime", 0, "stop a run that has gone on this long (TERM, then KILL after the kill grace) and record it timed-out (0: no limit)")
@@ -110,10 +114,12 @@ func runCron(cmd *cobra.Command, args []string) error {
 			CatchUp: v.GetDuration("catch-up"),
 			History: v.GetInt("history"),
 
-			RetryLost:   v.GetInt("retry-lost"),
-			MaxRuntime:  v.GetDuration("max-runtime"),
-			Jitter:      v.GetDuration("jitter"),
-			OutputBytes: v.GetInt("output-bytes"),
+			RetryLost:    v.GetInt("retry-lost"),
+			RetryFailed:  v.GetInt("retry-failed"),
+			RetryBackoff: v.GetDuration("retry-backoff"),
+			MaxRuntime:   v.GetDuration("max-runtime"),
+			Jitter:       v.GetDuration("jitter"),
+			OutputBytes:  v.GetInt("output-bytes"),
 		}
 		if v.GetBool("shell") {
 			j.Argv = []string{"/bin/sh", "-c", strings.Join(args, " ")}
@@ -186,17 +192,19 @@ func cronMetrics(v *viper.Viper, jobs []*supervisor.CronJob) (*supervisor.CronMe
 
 // jobSpec is one entry of a jobs file.
 type jobSpec struct {
-	Name        string    `yaml:"name"`
-	Schedule    string    `yaml:"schedule"`
-	Command     yaml.Node `yaml:"command"`
-	TZ          string    `yaml:"tz"`
-	Overlap     string    `yaml:"overlap"`
-	CatchUp     string    `yaml:"catch-up"`
-	History     int       `yaml:"history"`
-	RetryLost   int       `yaml:"retry-lost"`
-	MaxRuntime  string    `yaml:"max-runtime"`
-	Jitter      string    `yaml:"jitter"`
-	OutputBytes *int      `yaml:"output-bytes"`
+	Name         string    `yaml:"name"`
+	Schedule     string    `yaml:"schedule"`
+	Command      yaml.Node `yaml:"command"`
+	TZ           string    `yaml:"tz"`
+	Overlap      string    `yaml:"overlap"`
+	CatchUp      string    `yaml:"catch-up"`
+	History      int       `yaml:"history"`
+	RetryLost    int       `yaml:"retry-lost"`
+	RetryFailed  int       `yaml:"retry-failed"`
+	RetryBackoff string    `yaml:"retry-backoff"`
+	MaxRuntime   string    `yaml:"max-runtime"`
+	Jitter       string    `yaml:"jitter"`
+	OutputBytes  *int      `yaml:"output-bytes"`
 }
 
 // loadJobsFile reads a jobs file, naming the line of the first problem.
@@ -244,6 +252,12 @@ func loadJobsFile(file string) ([]*supervisor.CronJob, error) {
 		if s.OutputBytes != nil {
 			j.OutputBytes = *s.OutputBytes
 		}
+		j.RetryFailed, j.RetryBackoff = s.RetryFailed, 10*time.Second
+		if s.RetryBackoff != "" {
+			if j.RetryBackoff, err = time.ParseDuration(s.RetryBackoff); err != nil {
+				return nil, at("job %s: retry-backoff: %v", s.Name, err)
+			}
+		}
 		switch s.Command.Kind {
 		case yaml.ScalarNode:
 			if strings.TrimSpace(s.Command.Value) != "" {
@@ -285,7 +299,7 @@ func checkJobKeys(n *yaml.Node) error {
 	if n.Kind != yaml.MappingNode {
 		return fmt.Errorf("%d: a job must be a mapping", n.Line)
 	}
-	known := map[string]bool{"name": true, "schedule": true, "command": true, "tz": true, "overlap": true, "catch-up": true, "history": true, "retry-lost": true, "max-runtime": true, "jitter": true, "output-bytes": true}
+	known := map[string]bool{"name": true, "schedule": true, "command": true, "tz": true, "overlap": true, "catch-up": true, "history": true, "retry-lost": true, "max-runtime": true, "jitter": true, "output-bytes": true, "retry-failed": true, "retry-backoff": true}
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		if k := n.Content[i]; !known[k.Value] {
 			return fmt.Errorf("%d: unknown job key %q", k.Line, k.Value)
@@ -326,7 +340,11 @@ func newCronHistoryCommand() *cobra.Command {
 				}
 				note := r.Reason
 				for _, l := range r.Earlier {
-					note += fmt.Sprintf("; attempt %d lost on %s (pid %d, token %d)", l.Attempt, l.Host, l.PID, l.Token)
+					what := "lost"
+					if l.ExitCode != nil {
+						what = fmt.Sprintf("exited %d", *l.ExitCode)
+					}
+					note += fmt.Sprintf("; attempt %d %s on %s (pid %d, token %d)", l.Attempt, what, l.Host, l.PID, l.Token)
 				}
 				fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%d\t%d\t%s\t%s\t%s\t%s\n", r.Scheduled.Local().Format(time.DateTime), r.State,
 					max(r.Attempt, 1), r.Host, r.PID, r.Token, start, dur, exit, strings.TrimPrefix(note, "; "))

@@ -103,6 +103,7 @@ func TestCronBadInput(t *testing.T) {
 		{"negative max-runtime", []string{"--schedule", "@every 1s", "--max-runtime", "-1s", "--", "true"}, []string{"negative max-runtime"}},
 		{"bad max-runtime", []string{"--schedule", "@every 1s", "--max-runtime", "long", "--", "true"}, []string{"--max-runtime"}},
 		{"negative jitter", []string{"--schedule", "@every 1s", "--jitter", "-1s", "--", "true"}, []string{"negative jitter"}},
+		{"negative retry-failed", []string{"--schedule", "@every 1s", "--retry-failed", "-1", "--", "true"}, []string{"negative retry-failed"}},
 		{"output-bytes too big", []string{"--schedule", "@every 1s", "--output-bytes", "1000000", "--", "true"}, []string{"output-bytes 1000000", "one znode"}},
 		{"bad name", []string{"--schedule", "@every 1s", "--name", "a/b", "--", "true"}, []string{`bad job name "a/b"`}},
 		{"no command", []string{"--schedule", "@every 1s"}, []string{"need --schedule"}},
