@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"os/exec"
 	"path"
 	"slices"
 	"strconv"
@@ -166,6 +167,7 @@ func RunCron(ctx context.Context, o CronOptions) (int, error) {
 	}()
 	stop()
 	wg.Wait()
+	h.hooks.Wait()
 	if h.sessionLost.Load() && code == 0 {
 		code, runErr = ExitSessionLost, errors.New("session lost; a running job was killed")
 	}
@@ -197,6 +199,7 @@ type cronHost struct {
 	s *session
 	o CronOptions
 
+	hooks sync.WaitGroup // hooks still running
 	// hostNode is this host's node under every job's hosts/, named by
 	// its session: firing records name it, so that the others can tell
 	// when a firing was lost with this host.
@@ -307,7 +310,7 @@ func (h *cronHost) fire(ctx context.Context, j *CronJob, at time.Time, catchUp b
 		v := int32(0)
 		h.record(ctx, node, &rec, &v)
 		h.s.log.Info("firing not run: the job is paused", "job", j.Name, "scheduled", at.Format(time.RFC3339))
-		h.ended(j.Name, rec)
+		h.ended(j, rec)
 		return
 	}
 	// The claim created the node: version 0.
@@ -409,13 +412,61 @@ func (h *cronHost) serveRequest(ctx context.Context, j *CronJob, req CronRequest
 	}
 }
 
-// ended tells the observers of a firing this host ended or recorded.
-func (h *cronHost) ended(job string, rec FiringRecord) {
+// ended tells the observers of a firing this host ended or recorded, and
+// runs the job's hook for how it ended: on-success after a run that
+// exited 0, on-failure after one that failed for good (no retry left),
+// was lost for good or timed out. Only the host that ended or recorded it
+// gets here, so each event runs its hook once.
+func (h *cronHost) ended(j *CronJob, rec FiringRecord) {
 	if h.o.Metrics != nil {
-		h.o.Metrics.observe(job, rec)
+		h.o.Metrics.observe(j.Name, rec)
 	}
 	if h.o.OnFire != nil {
-		h.o.OnFire(job, rec)
+		h.o.OnFire(j.Name, rec)
+	}
+	var hook []string
+	switch res := FiringResult(rec); {
+	case res == "done":
+		hook = j.OnSuccess
+	case res == "failed" && max(rec.Attempt, 1) <= j.RetryFailed:
+		// Run again later: not the end yet.
+	case res == "failed" || res == string(FiringLost) || res == string(FiringTimedOut):
+		hook = j.OnFailure
+	}
+	if len(hook) > 0 {
+		h.hooks.Add(1)
+		go func() { defer h.hooks.Done(); h.runHook(j, hook, rec) }()
+	}
+}
+
+// hookTimeout bounds a hook's run.
+const hookTimeout = time.Minute
+
+// runHook runs a hook with the record as JSON on its stdin and, in its
+// environment, COORDRUN_CRON_JOB, _RESULT, _SCHEDULED, _HOST, _ATTEMPT,
+// _TOKEN, _EXIT_CODE and _REASON.
+func (h *cronHost) runHook(j *CronJob, argv []string, rec FiringRecord) {
+	ctx, cancel := context.WithTimeout(context.Background(), hookTimeout)
+	defer cancel()
+	b, _ := json.Marshal(rec)
+	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+	cmd.Stdin = bytes.NewReader(b)
+	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+	exit := ""
+	if rec.ExitCode != nil {
+		exit = strconv.Itoa(*rec.ExitCode)
+	}
+	cmd.Env = append(os.Environ(),
+		"COORDRUN_CRON_JOB="+j.Name,
+		"COORDRUN_CRON_RESULT="+FiringResult(rec),
+		"COORDRUN_CRON_SCHEDULED="+rec.Scheduled.Format(time.RFC3339),
+		"COORDRUN_CRON_HOST="+rec.Host,
+		"COORDRUN_CRON_ATTEMPT="+strconv.Itoa(max(rec.Attempt, 1)),
+		"COORDRUN_CRON_TOKEN="+strconv.FormatInt(rec.Token, 10),
+		"COORDRUN_CRON_EXIT_CODE="+exit,
+		"COORDRUN_CRON_REASON="+rec.Reason)
+	if err := cmd.Run(); err != nil {
+		h.s.log.Warn("hook failed", "job", j.Name, "hook", argv, "scheduled", rec.Scheduled.Format(time.RFC3339), "err", err)
 	}
 }
 
@@ -423,7 +474,7 @@ func (h *cronHost) ended(job string, rec FiringRecord) {
 // the claim left) and tidies up.
 func (h *cronHost) runClaimed(ctx context.Context, j *CronJob, node string, rec *FiringRecord, v int32) {
 	h.runFiring(ctx, j, node, rec, v)
-	h.ended(j.Name, *rec)
+	h.ended(j, *rec)
 	// Every record younger than the horizon (or the catch-up window, if
 	// longer) is kept.
 	pruneFirings(ctx, h.s.c, h.paths(j), j.History, h.o.Now().Add(-max(pruneHorizon, j.CatchUp)))
@@ -511,7 +562,7 @@ func (h *cronHost) scanLosses(ctx context.Context, j *CronJob, live []string, ru
 		h.s.log.Warn("firing lost with its host", "job", j.Name, "scheduled", rec.Scheduled.Format(time.RFC3339),
 			"host", rec.Host, "pid", rec.PID, "attempt", attempt, "run_again", retry)
 		if !retry {
-			h.ended(j.Name, next)
+			h.ended(j, next)
 			continue
 		}
 		if h.o.Metrics != nil {
@@ -586,7 +637,7 @@ func (h *cronHost) replaceEarlier(ctx context.Context, j *CronJob, rec *FiringRe
 		nb, _ := json.Marshal(old)
 		if _, err := h.s.c.Set(ctx, node, nb, st.Version); err == nil {
 			h.s.log.Info("replacing the previous run", "job", j.Name, "scheduled", old.Scheduled.Format(time.RFC3339), "host", old.Host, "pid", old.PID)
-			h.ended(j.Name, old)
+			h.ended(j, old)
 		}
 	}
 }

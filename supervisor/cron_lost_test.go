@@ -2,6 +2,7 @@ package supervisor_test
 
 import (
 	"fmt"
+	"os"
 	"strings"
 	"syscall"
 	"testing"
@@ -362,5 +363,68 @@ func TestCronRetryFailed(t *testing.T) {
 	}
 	if n != 3 {
 		t.Errorf("firing %s ran %d times, want 3 (two failures, one success)", cronFmt(rec.Scheduled), n)
+	}
+}
+
+// Hooks run once per event, on the host that saw it: on-success after each
+// run that exited 0; on-failure once a firing failed for good, after its
+// retries, with the record on stdin and the COORDRUN_CRON_* variables.
+func TestCronHooks(t *testing.T) {
+	b := cronEnsemble(t)
+	r := newRig(t, b)
+	obs := cronObserver(t, b)
+	hooks := r.path("hooks.log")
+	hook := func(kind string) string {
+		return fmt.Sprintf(`echo "%s $COORDRUN_CRON_JOB $COORDRUN_CRON_SCHEDULED $COORDRUN_CRON_RESULT $COORDRUN_CRON_ATTEMPT $(wc -c)" >> %s`, kind, hooks)
+	}
+	flags := []string{"--on-success", hook("success"), "--on-failure", hook("failure"), "--retry-failed", "1", "--retry-backoff", "500ms"}
+	good := cronStartProcs(r, 2, "g", "/cron-hooks", "good", "@every 2s", flags, []string{"true"})
+	bad := cronStartProcs(r, 2, "b", "/cron-hooks", "bad", "@every 10s", flags, []string{"/bin/sh", "-c", "exit 3"})
+	cronAwaitHosts(t, obs, "/cron-hooks", "good", 2)
+	cronAwaitHosts(t, obs, "/cron-hooks", "bad", 2)
+	var failed supervisor.FiringRecord
+	testkit.WaitFor(t, 30*time.Second, "a firing of bad to fail for good", func() bool {
+		for _, x := range cronHistory(t, obs, "/cron-hooks", "bad") {
+			if supervisor.FiringResult(x) == "failed" && x.Attempt == 2 {
+				failed = x
+				return true
+			}
+		}
+		return false
+	})
+	// The hook of the last end may still be running: wait for its line.
+	testkit.WaitFor(t, 10*time.Second, "the failure hook", func() bool {
+		b, _ := os.ReadFile(hooks)
+		return strings.Contains(string(b), "failure bad "+failed.Scheduled.Format(time.RFC3339))
+	})
+	cronStopProcs(t, append(good, bad...))
+	lines := map[string]int{}
+	b2, err := os.ReadFile(hooks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(strings.TrimSpace(string(b2)), "\n") {
+		f := strings.Fields(l)
+		if len(f) != 6 {
+			t.Fatalf("hook log line %q", l)
+		}
+		lines[strings.Join(f[:5], " ")]++
+		if f[5] == "0" {
+			t.Errorf("hook %q got no record on stdin", l)
+		}
+	}
+	for _, x := range cronHistory(t, obs, "/cron-hooks", "good") {
+		if supervisor.FiringResult(x) != "done" {
+			continue
+		}
+		if n := lines["success good "+x.Scheduled.Format(time.RFC3339)+" done 1"]; n != 1 {
+			t.Errorf("firing %s of good: %d success hooks, want 1", cronFmt(x.Scheduled), n)
+		}
+	}
+	if n := lines["failure bad "+failed.Scheduled.Format(time.RFC3339)+" failed 2"]; n != 1 {
+		t.Errorf("firing %s of bad: %d failure hooks after its last attempt, want 1; hooks: %v", cronFmt(failed.Scheduled), n, lines)
+	}
+	if n := lines["failure bad "+failed.Scheduled.Format(time.RFC3339)+" failed 1"]; n != 0 {
+		t.Errorf("firing %s of bad: a failure hook after attempt 1, which was retried", cronFmt(failed.Scheduled))
 	}
 }

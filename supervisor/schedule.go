@@ -41,6 +41,10 @@ type CronJob struct {
 	// retry; 0: never.
 	RetryFailed  int
 	RetryBackoff time.Duration
+	// OnSuccess and OnFailure are commands run on the host that saw a
+	// firing end (see cronHost.ended): after a run that exited 0, and
+	// after one that failed for good, was lost for good or timed out.
+	OnSuccess, OnFailure []string
 	// MaxRuntime, when set, stops a run that has gone on that long
 	// (TERM, then KILL after the kill grace) and records it timed-out.
 	MaxRuntime time.Duration

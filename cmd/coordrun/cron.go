@@ -44,6 +44,7 @@ Schedules use cron syntax with optional seconds ("*/5 * * * *",
       retry-lost: 1                          # run again if lost with its host
       retry-failed: 2                        # run again if it exits non-zero,
       retry-backoff: 5m                      #   this long after
+      on-failure: /usr/local/bin/page-oncall # the record as JSON on stdin
       max-runtime: 2h                        # stopped and recorded timed-out after
       jitter: 5m                             # start up to 5m late, alike on every host
       output-bytes: 65536                    # end of the output kept with each record
@@ -77,6 +78,8 @@ func newCronCommand() *cobra.Command {
 	f.Int("retry-lost", 0, "times a firing lost with its host is run again on another host")
 	f.Int("retry-failed", 0, "times a run that exited non-zero is run again, on whichever host takes the retry")
 	f.Duration("retry-backoff", 10*time.Second, "how long after a failed run its retry starts")
+	f.String("on-success", "", "command (through sh -c) run on the host that saw a run exit 0; the record as JSON on stdin, COORDRUN_CRON_* in the environment")
+	f.String("on-failure", "", "command (through sh -c) run on the host that saw a firing fail for good, be lost for good or time out")
 	f.Int("output-bytes", 64<<10, "keep this much of the end of each run's output (stdout and stderr) with its record (0: none)")
 	f.Duration("jitter", 0, "start each firing up to this long after its time, by an offset every host computes alike (0: none)")
 	f.Duration("max-runtime", 0, "stop a run that has gone on this long (TERM, then KILL after the kill grace) and record it timed-out (0: no limit)")
@@ -117,6 +120,8 @@ func runCron(cmd *cobra.Command, args []string) error {
 			RetryLost:    v.GetInt("retry-lost"),
 			RetryFailed:  v.GetInt("retry-failed"),
 			RetryBackoff: v.GetDuration("retry-backoff"),
+			OnSuccess:    shellHook(v.GetString("on-success")),
+			OnFailure:    shellHook(v.GetString("on-failure")),
 			MaxRuntime:   v.GetDuration("max-runtime"),
 			Jitter:       v.GetDuration("jitter"),
 			OutputBytes:  v.GetInt("output-bytes"),
@@ -202,6 +207,8 @@ type jobSpec struct {
 	RetryLost    int       `yaml:"retry-lost"`
 	RetryFailed  int       `yaml:"retry-failed"`
 	RetryBackoff string    `yaml:"retry-backoff"`
+	OnSuccess    yaml.Node `yaml:"on-success"`
+	OnFailure    yaml.Node `yaml:"on-failure"`
 	MaxRuntime   string    `yaml:"max-runtime"`
 	Jitter       string    `yaml:"jitter"`
 	OutputBytes  *int      `yaml:"output-bytes"`
@@ -252,6 +259,25 @@ func loadJobsFile(file string) ([]*supervisor.CronJob, error) {
 		if s.OutputBytes != nil {
 			j.OutputBytes = *s.OutputBytes
 		}
+		for _, hook := range []struct {
+			key  string
+			n    *yaml.Node
+			argv *[]string
+		}{{"on-success", &s.OnSuccess, &j.OnSuccess}, {"on-failure", &s.OnFailure, &j.OnFailure}} {
+			switch hook.n.Kind {
+			case yaml.ScalarNode:
+				if strings.TrimSpace(hook.n.Value) != "" {
+					*hook.argv = []string{"/bin/sh", "-c", hook.n.Value}
+				}
+			case yaml.SequenceNode:
+				if err := hook.n.Decode(hook.argv); err != nil || len(*hook.argv) == 0 {
+					return nil, at("job %s: %s: want a command", s.Name, hook.key)
+				}
+			case 0:
+			default:
+				return nil, at("job %s: %s must be a string or a list", s.Name, hook.key)
+			}
+		}
 		j.RetryFailed, j.RetryBackoff = s.RetryFailed, 10*time.Second
 		if s.RetryBackoff != "" {
 			if j.RetryBackoff, err = time.ParseDuration(s.RetryBackoff); err != nil {
@@ -299,7 +325,7 @@ func checkJobKeys(n *yaml.Node) error {
 	if n.Kind != yaml.MappingNode {
 		return fmt.Errorf("%d: a job must be a mapping", n.Line)
 	}
-	known := map[string]bool{"name": true, "schedule": true, "command": true, "tz": true, "overlap": true, "catch-up": true, "history": true, "retry-lost": true, "max-runtime": true, "jitter": true, "output-bytes": true, "retry-failed": true, "retry-backoff": true}
+	known := map[string]bool{"name": true, "schedule": true, "command": true, "tz": true, "overlap": true, "catch-up": true, "history": true, "retry-lost": true, "max-runtime": true, "jitter": true, "output-bytes": true, "retry-failed": true, "retry-backoff": true, "on-success": true, "on-failure": true}
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		if k := n.Content[i]; !known[k.Value] {
 			return fmt.Errorf("%d: unknown job key %q", k.Line, k.Value)
@@ -435,6 +461,14 @@ func newCronListCommand() *cobra.Command {
 	}
 	addInspectFlags(cmd, "/coordrun/cron", "znode folder")
 	return cmd
+}
+
+// shellHook is a hook given on the command line: run through sh -c.
+func shellHook(s string) []string {
+	if strings.TrimSpace(s) == "" {
+		return nil
+	}
+	return []string{"/bin/sh", "-c", s}
 }
 
 // requester names who asks for a pause or a run by hand: user@host.
