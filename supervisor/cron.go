@@ -58,6 +58,9 @@ type CronOptions struct {
 	OnFire func(job string, rec FiringRecord)
 	// Metrics, when set, follows the firings (see CronMetrics).
 	Metrics *CronMetrics
+	// Reload, when set, is what SIGHUP reads the jobs from again (the
+	// jobs file); without it SIGHUP stops the process like SIGTERM.
+	Reload func() ([]*CronJob, error)
 }
 
 // Validate checks every job (filling in their defaults), the root and the
@@ -136,9 +139,15 @@ func RunCron(ctx context.Context, o CronOptions) (int, error) {
 	sctx, stop := context.WithCancel(ctx)
 	defer stop()
 	var wg sync.WaitGroup
-	for _, j := range o.Jobs {
+	loops := map[string]*scheduled{}
+	start := func(j *CronJob) {
+		loop, end := context.WithCancel(sctx)
+		loops[j.Name] = &scheduled{job: j, end: end}
 		wg.Add(1)
-		go func() { defer wg.Done(); h.schedule(sctx, j) }()
+		go func() { defer wg.Done(); h.schedule(loop, sctx, j) }()
+	}
+	for _, j := range o.Jobs {
+		start(j)
 	}
 	code := 0
 	var runErr error
@@ -148,6 +157,10 @@ func RunCron(ctx context.Context, o CronOptions) (int, error) {
 			case sig := <-o.Signals:
 				if sig == syscall.SIGUSR1 || sig == syscall.SIGUSR2 {
 					h.forward(sig)
+					continue
+				}
+				if sig == syscall.SIGHUP && o.Reload != nil {
+					h.reload(sctx, loops, start)
 					continue
 				}
 				log.Info("stopping: no new firings; running jobs get the signal", "signal", sig.String())
@@ -172,6 +185,69 @@ func RunCron(ctx context.Context, o CronOptions) (int, error) {
 		code, runErr = ExitSessionLost, errors.New("session lost; a running job was killed")
 	}
 	return code, runErr
+}
+
+// scheduled is a job being scheduled, and how to stop its scheduling.
+type scheduled struct {
+	job *CronJob
+	end context.CancelFunc
+}
+
+// reload re-reads the jobs (Reload) and schedules what changed: a job
+// dropped or changed stops being scheduled (its running firings go on to
+// their end), a new or changed one is registered and scheduled. A bad
+// jobs file changes nothing.
+func (h *cronHost) reload(ctx context.Context, loops map[string]*scheduled, start func(*CronJob)) {
+	log := h.s.log
+	jobs, err := h.o.Reload()
+	if err == nil {
+		o := h.o
+		o.Jobs = jobs
+		err = o.Validate()
+	}
+	if err != nil {
+		log.Error("reload refused; the jobs go on as they were", "err", err)
+		return
+	}
+	keep := map[string]bool{}
+	var added, changed, dropped []string
+	for _, j := range jobs {
+		keep[j.Name] = true
+		old, ok := loops[j.Name]
+		if ok && sameJob(old.job, j) {
+			continue
+		}
+		if err := h.register(ctx, j); err != nil {
+			log.Error("reload: cannot register job; it keeps its old definition", "job", j.Name, "err", err)
+			continue
+		}
+		if ok {
+			old.end()
+			changed = append(changed, j.Name)
+		} else {
+			added = append(added, j.Name)
+		}
+		if h.o.Metrics != nil {
+			h.o.Metrics.seed(ctx, h.s.c, h.o.Root, j)
+		}
+		start(j)
+	}
+	for name, sc := range loops {
+		if !keep[name] {
+			sc.end()
+			delete(loops, name)
+			dropped = append(dropped, name)
+		}
+	}
+	log.Info("jobs reloaded", "added", added, "changed", changed, "dropped", dropped)
+}
+
+// sameJob reports whether two definitions of a job schedule and run
+// alike.
+func sameJob(a, b *CronJob) bool {
+	x, _ := json.Marshal(a)
+	y, _ := json.Marshal(b)
+	return bytes.Equal(x, y)
 }
 
 // startCron connects and registers every job and this host; the session,
@@ -255,7 +331,11 @@ func (h *cronHost) register(ctx context.Context, j *CronJob) error {
 }
 
 // schedule fires the job at each scheduled time until ctx ends.
-func (h *cronHost) schedule(ctx context.Context, j *CronJob) {
+//
+// loop ends the scheduling (and the job's watches) alone, as a reload
+// does for a job it drops or changes; ctx ends the runs too. It returns
+// once loop has ended and the runs it started are over.
+func (h *cronHost) schedule(loop, ctx context.Context, j *CronJob) {
 	var runs sync.WaitGroup
 	defer runs.Wait()
 	if j.CatchUp > 0 {
@@ -265,8 +345,8 @@ func (h *cronHost) schedule(ctx context.Context, j *CronJob) {
 		}
 	}
 	runs.Add(2)
-	go func() { defer runs.Done(); h.watchLosses(ctx, j, &runs) }()
-	go func() { defer runs.Done(); h.watchRequests(ctx, j, &runs) }()
+	go func() { defer runs.Done(); h.watchLosses(loop, ctx, j, &runs) }()
+	go func() { defer runs.Done(); h.watchRequests(loop, ctx, j, &runs) }()
 	next := j.Next(h.o.Now())
 	for {
 		// Sleep until this host's clock reaches the firing; re-check on
@@ -278,7 +358,7 @@ func (h *cronHost) schedule(ctx context.Context, j *CronJob) {
 			}
 			t := time.NewTimer(d)
 			select {
-			case <-ctx.Done():
+			case <-loop.Done():
 				t.Stop()
 				return
 			case <-t.C:
@@ -344,14 +424,14 @@ func (h *cronHost) claim(ctx context.Context, j *CronJob, node string, at time.T
 // watchRequests takes the job's requests (trigger, backfill) as they
 // come. Deleting a request is the claim: of the hosts that see it, the
 // one whose delete succeeds runs its firings, in order, one at a time.
-func (h *cronHost) watchRequests(ctx context.Context, j *CronJob, runs *sync.WaitGroup) {
+func (h *cronHost) watchRequests(loop, ctx context.Context, j *CronJob, runs *sync.WaitGroup) {
 	p := h.paths(j)
-	for ctx.Err() == nil {
-		kids, _, ev, err := h.s.c.ChildrenW(ctx, p.triggers())
+	for loop.Err() == nil {
+		kids, _, ev, err := h.s.c.ChildrenW(loop, p.triggers())
 		if err != nil {
 			t := time.NewTimer(time.Second)
 			select {
-			case <-ctx.Done():
+			case <-loop.Done():
 			case <-t.C:
 			}
 			t.Stop()
@@ -360,13 +440,13 @@ func (h *cronHost) watchRequests(ctx context.Context, j *CronJob, runs *sync.Wai
 		slices.Sort(kids)
 		for _, k := range kids {
 			node := path.Join(p.triggers(), k)
-			b, st, err := h.s.c.Get(ctx, node)
+			b, st, err := h.s.c.Get(loop, node)
 			if err != nil {
 				continue
 			}
 			var req CronRequest
 			bad := json.Unmarshal(b, &req) != nil
-			if h.s.c.Delete(ctx, node, st.Version) != nil {
+			if h.s.c.Delete(loop, node, st.Version) != nil {
 				continue // another host took it
 			}
 			if bad {
@@ -382,7 +462,7 @@ func (h *cronHost) watchRequests(ctx context.Context, j *CronJob, runs *sync.Wai
 			go func() { defer runs.Done(); h.serveRequest(ctx, j, req, seq) }()
 		}
 		select {
-		case <-ctx.Done():
+		case <-loop.Done():
 		case <-ev:
 		}
 	}
@@ -484,27 +564,27 @@ func (h *cronHost) runClaimed(ctx context.Context, j *CronJob, node string, rec 
 // that says claimed or running while the host node it names is gone (its
 // session ended). It looks whenever the set of hosts changes, and once at
 // start for losses no host was there to see.
-func (h *cronHost) watchLosses(ctx context.Context, j *CronJob, runs *sync.WaitGroup) {
+func (h *cronHost) watchLosses(loop, ctx context.Context, j *CronJob, runs *sync.WaitGroup) {
 	p := h.paths(j)
-	for ctx.Err() == nil {
-		live, _, ev, err := h.s.c.ChildrenW(ctx, p.hosts())
+	for loop.Err() == nil {
+		live, _, ev, err := h.s.c.ChildrenW(loop, p.hosts())
 		if err != nil {
-			if ctx.Err() == nil && !errors.Is(err, client.ErrConnectionLoss) {
+			if loop.Err() == nil && !errors.Is(err, client.ErrConnectionLoss) {
 				h.s.log.Warn("cannot watch the job's hosts", "job", j.Name, "err", err)
 			}
 			// A lost connection comes back or ends the session, which
 			// ends the cron process; either way, look again shortly.
 			t := time.NewTimer(time.Second)
 			select {
-			case <-ctx.Done():
+			case <-loop.Done():
 			case <-t.C:
 			}
 			t.Stop()
 			continue
 		}
-		h.scanLosses(ctx, j, live, runs)
+		h.scanLosses(loop, ctx, j, live, runs)
 		select {
-		case <-ctx.Done():
+		case <-loop.Done():
 		case <-ev:
 		}
 	}
@@ -514,9 +594,9 @@ func (h *cronHost) watchLosses(ctx context.Context, j *CronJob, runs *sync.WaitG
 // hosts. The first host to write it (a write conditional on the record's
 // version, so exactly one does) claims the firing again when retry-lost
 // allows another run, and runs it; otherwise it records the firing lost.
-func (h *cronHost) scanLosses(ctx context.Context, j *CronJob, live []string, runs *sync.WaitGroup) {
+func (h *cronHost) scanLosses(loop, ctx context.Context, j *CronJob, live []string, runs *sync.WaitGroup) {
 	p := h.paths(j)
-	kids, _, err := h.s.c.Children(ctx, p.firings())
+	kids, _, err := h.s.c.Children(loop, p.firings())
 	if err != nil {
 		return
 	}
@@ -529,7 +609,7 @@ func (h *cronHost) scanLosses(ctx context.Context, j *CronJob, live []string, ru
 	retryFrom := h.o.Now().Add(-max(pruneHorizon, j.CatchUp))
 	for _, k := range kids {
 		node := path.Join(p.firings(), k)
-		b, st, err := h.s.c.Get(ctx, node)
+		b, st, err := h.s.c.Get(loop, node)
 		if err != nil {
 			continue
 		}
@@ -554,7 +634,7 @@ func (h *cronHost) scanLosses(ctx context.Context, j *CronJob, live []string, ru
 			next.State, next.Reason = FiringLost, lost.Reason
 		}
 		nb, _ := json.Marshal(next)
-		nst, err := h.s.c.Set(ctx, node, nb, st.Version)
+		nst, err := h.s.c.Set(loop, node, nb, st.Version)
 		if err != nil {
 			// BADVERSION: another host recorded it first.
 			continue

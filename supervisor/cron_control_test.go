@@ -3,8 +3,11 @@ package supervisor_test
 import (
 	"bytes"
 	"errors"
+	"fmt"
+	"os"
 	"os/exec"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -151,4 +154,88 @@ func TestCronPauseTriggerBackfill(t *testing.T) {
 		last = ls[0].at
 	}
 	t.Logf("%d firings recorded paused, trigger ran at %s, %d backfilled firings ran in order", len(pausedRecs), cronFmt(triggered.Start), len(want))
+}
+
+// SIGHUP reads the jobs file again: a dropped job is no longer fired while
+// its running firing goes on to its end, a new one is scheduled, and a
+// bad file is refused with its line while the jobs go on.
+func TestCronReload(t *testing.T) {
+	b := cronEnsemble(t)
+	r := newRig(t, b)
+	obs := cronObserver(t, b)
+	const root = "/cron-reload"
+	logf := r.path("jobs.log")
+	line := func(kind string) string {
+		return fmt.Sprintf(`echo "%s $COORDRUN_LOCK $(date +%%s%%N)" >> %s`, kind, logf)
+	}
+	file := r.path("jobs.yaml")
+	write := func(content string) {
+		if err := os.WriteFile(file, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(fmt.Sprintf("jobs:\n  - name: a\n    schedule: \"@every 1s\"\n    overlap: skip\n    command: '%s; sleep 3; %s'\n", line("start"), line("end")))
+	p := r.startProc("h1", nil, e2eBin, "cron", "--servers", b.serverArg(), "--root", root, "--jobs", file,
+		"--session-timeout", cronSessionTimeout.String(), "--kill-grace", cronKillGrace.String(), "--drift-margin", cronDriftMargin.String(), "-v")
+	cronAwaitHosts(t, obs, root, "a", 1)
+	type ev struct {
+		kind, job string
+		at        time.Time
+	}
+	read := func() []ev {
+		data, _ := os.ReadFile(logf)
+		var out []ev
+		for _, l := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+			var e ev
+			var ns int64
+			if _, err := fmt.Sscanf(l, "%s %s %d", &e.kind, &e.job, &ns); err == nil {
+				e.at = time.Unix(0, ns)
+				out = append(out, e)
+			}
+		}
+		return out
+	}
+	testkit.WaitFor(t, 10*time.Second, "a run of a", func() bool {
+		for _, e := range read() {
+			if e.kind == "start" && e.job == "a" {
+				return true
+			}
+		}
+		return false
+	})
+	write(fmt.Sprintf("jobs:\n  - name: b\n    schedule: \"@every 1s\"\n    command: '%s'\n", line("start")))
+	p.Signal(syscall.SIGHUP)
+	reloaded := time.Now()
+	testkit.WaitFor(t, 10*time.Second, "b to run, and a's last run to end", func() bool {
+		var bRan, aEnded bool
+		for _, e := range read() {
+			bRan = bRan || e.kind == "start" && e.job == "b"
+			aEnded = aEnded || e.kind == "end" && e.job == "a"
+		}
+		return bRan && aEnded
+	})
+	// A bad file: refused, and b goes on.
+	write("jobs:\n  - name: b\n    schedule: \"@every 1s\"\n    comand: true\n")
+	p.Signal(syscall.SIGHUP)
+	refused := time.Now()
+	testkit.WaitFor(t, 10*time.Second, "the bad file to be refused, with its line", func() bool {
+		return strings.Contains(p.Out.String(), "reload refused") && strings.Contains(p.Out.String(), "jobs.yaml:4")
+	})
+	testkit.WaitFor(t, 10*time.Second, "b to run after the refused reload", func() bool {
+		for _, e := range read() {
+			if e.kind == "start" && e.job == "b" && e.at.After(refused.Add(time.Second)) {
+				return true
+			}
+		}
+		return false
+	})
+	p.Signal(syscall.SIGTERM)
+	if code := p.Exit(t, 15*time.Second); code != 0 {
+		t.Errorf("exit %d after SIGTERM, want 0:\n%s", code, p.Out.String())
+	}
+	for _, e := range read() {
+		if e.kind == "start" && e.job == "a" && e.at.After(reloaded.Add(1500*time.Millisecond)) {
+			t.Errorf("a, dropped by the reload, started again %v after it", ms(e.at.Sub(reloaded)))
+		}
+	}
 }

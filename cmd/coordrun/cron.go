@@ -54,8 +54,10 @@ COORDRUN_ATTEMPT added. A firing whose host dies while it runs (or waits
 for the lock) is recorded lost by another host once the dead host's
 session ends; with retry-lost N, one other host runs it again, up to N
 times, with a new fencing token and COORDRUN_ATTEMPT=2, 3, ...
-Exit codes: 0 after SIGTERM/SIGINT (running jobs get the signal and are
-waited for), 76 when the session was lost, 64 for bad usage, schedules or
+SIGHUP reads a jobs file again: new and changed jobs are scheduled, dropped
+ones no longer; running firings go on; a bad file is refused with its line
+and the old jobs keep running. Exit codes: 0 after SIGTERM/SIGINT (running
+jobs get the signal and are waited for), 76 when the session was lost, 64 for bad usage, schedules or
 job files.`
 
 func newCronCommand() *cobra.Command {
@@ -144,6 +146,11 @@ func runCron(cmd *cobra.Command, args []string) error {
 	if err != nil {
 		return err
 	}
+	var reload func() ([]*supervisor.CronJob, error)
+	if file := v.GetString("jobs"); file != "" {
+		// SIGHUP (systemctl reload) reads the file again.
+		reload = func() ([]*supervisor.CronJob, error) { return loadJobsFile(file) }
+	}
 	metrics, stopMetrics, err := cronMetrics(v, jobs)
 	if err != nil {
 		return usageError{err}
@@ -157,6 +164,7 @@ func runCron(cmd *cobra.Command, args []string) error {
 		Root:        v.GetString("root"),
 		Jobs:        jobs,
 		Metrics:     metrics,
+		Reload:      reload,
 	}))
 }
 
