@@ -22,6 +22,7 @@ import (
 	"github.com/coordrun/coordrun/ensemble/client/recipe"
 	"github.com/coordrun/coordrun/ensemble/wire"
 	"github.com/coordrun/coordrun/fencing"
+	"golang.org/x/sys/unix"
 )
 
 // Cron across hosts. Every host runs the same schedule; each firing runs
@@ -404,7 +405,19 @@ func (h *cronHost) claim(ctx context.Context, j *CronJob, node string, at time.T
 	rec := FiringRecord{Job: j.Name, Scheduled: at.UTC(), State: FiringClaimed, Reason: reason, Host: hi.Host, PID: hi.PID,
 		Nonce: recipe.Nonce(), Claimed: time.Now().UTC(), HostNode: h.hostNode, Attempt: 1}
 	b, _ := json.Marshal(rec)
-	won, err := recipe.ClaimOnce(ctx, h.s.c, node, b, recipe.ClaimOptions{ACL: h.s.acl, Mine: func(data []byte) bool {
+	h.mu.Lock()
+	stopping := h.stopping
+	h.mu.Unlock()
+	if stopping {
+		// Leave it to the hosts that stay.
+		return rec, false
+	}
+	// A claim in flight when a stop comes is seen through, so that its
+	// outcome is known: a record this host created is then recorded
+	// lost (host stopping) rather than left claimed by no one.
+	cctx, endClaim := h.s.afterStop(ctx)
+	defer endClaim()
+	won, err := recipe.ClaimOnce(cctx, h.s.c, node, b, recipe.ClaimOptions{ACL: h.s.acl, Mine: func(data []byte) bool {
 		var other FiringRecord
 		_ = json.Unmarshal(data, &other)
 		return other.Nonce == rec.Nonce
@@ -804,7 +817,7 @@ func (h *cronHost) runFiring(ctx context.Context, j *CronJob, node string, rec *
 				log.Warn("cannot keep the job's output; it is not captured", "job", j.Name, "err", err)
 				out, err = nil, nil
 			} else {
-				spec.stdout, spec.stderr = out.outW, out.errW
+				spec.stdout, spec.stderr = out.w, out.w
 			}
 		}
 		code, err = hd.run(hctx, spec, nil)
@@ -814,6 +827,9 @@ func (h *cronHost) runFiring(ctx context.Context, j *CronJob, node string, rec *
 	}
 	rec.End = time.Now().UTC()
 	rec.ExitCode = &code
+	if code > 128 && code < 128+65 {
+		rec.Signal = unix.SignalName(syscall.Signal(code - 128))
+	}
 	rec.State = FiringDone
 	switch {
 	case code == ExitSessionLost && err != nil:

@@ -165,6 +165,9 @@ func TestCronMaxRuntime(t *testing.T) {
 			t.Errorf("timed-out firing %s reached its end at %v", cronFmt(rec.Scheduled), l.at)
 		}
 	}
+	if rec.Signal != "SIGTERM" {
+		t.Errorf("timed-out firing %s: signal %q (exit %s), want SIGTERM", cronFmt(rec.Scheduled), rec.Signal, cronExit(rec.ExitCode))
+	}
 	t.Logf("firing %s: %s, %q, ran %v", cronFmt(rec.Scheduled), rec.State, rec.Reason, ms(rec.End.Sub(rec.Start)))
 }
 
@@ -211,8 +214,9 @@ func TestCronJitter(t *testing.T) {
 	}
 }
 
-// A run's output reaches the cron process's own stdout and stderr and its
-// end is kept with the record, cut at output-bytes.
+// A run's output, stdout and stderr merged in order, reaches the cron
+// process's own stdout and its end is kept with the record, cut at
+// output-bytes.
 func TestCronOutputKept(t *testing.T) {
 	b := cronEnsemble(t)
 	r := newRig(t, b)

@@ -7,9 +7,10 @@ import (
 	"time"
 )
 
-// Output kept with a firing's record: the job's stdout and stderr still go
-// where the cron process's go (the journal, under systemd), and the last
-// bytes of both, in the order they came, are kept for the record.
+// Output kept with a firing's record: the job's stdout and stderr, merged
+// in the order they came, still go where the cron process's stdout goes
+// (the journal, under systemd), and their last bytes are kept for the
+// record.
 
 // defaultOutputBytes is how much output a record keeps unless told.
 const defaultOutputBytes = 64 << 10
@@ -53,38 +54,28 @@ func (t *tail) Total() int64 {
 	return t.total
 }
 
-// capture is the pipes a job writes its output to, copied through to this
-// process's stdout and stderr and into a tail of n bytes.
+// capture is the pipe a job writes its output to, stdout and stderr both
+// (as 2>&1 would: one pipe keeps their order), copied through to this
+// process's stdout and into a tail of n bytes.
 type capture struct {
 	t              *tail
-	outW, errW     *os.File
+	w, r           *os.File
 	copied         sync.WaitGroup
-	outR, errR     *os.File
 	closeWriteOnce sync.Once
 }
 
 func newCapture(n int) (*capture, error) {
 	c := &capture{t: &tail{n: n}}
 	var err error
-	if c.outR, c.outW, err = os.Pipe(); err != nil {
+	if c.r, c.w, err = os.Pipe(); err != nil {
 		return nil, err
 	}
-	if c.errR, c.errW, err = os.Pipe(); err != nil {
-		c.outR.Close()
-		c.outW.Close()
-		return nil, err
-	}
-	for _, p := range []struct {
-		r  *os.File
-		to io.Writer
-	}{{c.outR, os.Stdout}, {c.errR, os.Stderr}} {
-		c.copied.Add(1)
-		go func() {
-			defer c.copied.Done()
-			defer p.r.Close()
-			_, _ = io.Copy(io.MultiWriter(p.to, c.t), p.r)
-		}()
-	}
+	c.copied.Add(1)
+	go func() {
+		defer c.copied.Done()
+		defer c.r.Close()
+		_, _ = io.Copy(io.MultiWriter(os.Stdout, c.t), c.r)
+	}()
 	return c, nil
 }
 
@@ -93,10 +84,7 @@ func newCapture(n int) (*capture, error) {
 // children may hold them open long after, and the record does not wait
 // for those.
 func (c *capture) finish(wait time.Duration) (string, int64) {
-	c.closeWriteOnce.Do(func() {
-		c.outW.Close()
-		c.errW.Close()
-	})
+	c.closeWriteOnce.Do(func() { c.w.Close() })
 	done := make(chan struct{})
 	go func() { c.copied.Wait(); close(done) }()
 	t := time.NewTimer(wait)
@@ -105,8 +93,7 @@ func (c *capture) finish(wait time.Duration) (string, int64) {
 	case <-done:
 	case <-t.C:
 		// Stop copying: the holders get EPIPE from now on.
-		c.outR.Close()
-		c.errR.Close()
+		c.r.Close()
 	}
 	return c.t.String(), c.t.Total()
 }

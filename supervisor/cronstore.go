@@ -100,6 +100,9 @@ type FiringRecord struct {
 	Start     time.Time   `json:"start,omitzero"`
 	End       time.Time   `json:"end,omitzero"`
 	ExitCode  *int        `json:"exit_code,omitempty"`
+	// Signal names the signal the job died of, when its exit code says
+	// one did (128 + the signal's number, as coordrun reports it).
+	Signal string `json:"signal,omitempty"`
 	// HostNode names the claimant's node under hosts/: the firing is
 	// lost with the claimant once that node is gone (its session
 	// ended) while the record still says claimed or running.

@@ -371,6 +371,9 @@ func newCronHistoryCommand() *cobra.Command {
 				}
 				if r.ExitCode != nil {
 					exit = fmt.Sprint(*r.ExitCode)
+					if r.Signal != "" {
+						exit += " (" + r.Signal + ")"
+					}
 				}
 				note := r.Reason
 				for _, l := range r.Earlier {
