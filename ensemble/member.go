@@ -38,15 +38,16 @@ type Member struct {
 	log *slog.Logger
 	tr  tracker // every goroutine of the member; Close waits for them
 
-	raft  *raft.Raft
-	trans *raft.NetworkTransport
-	push  *commitPusher
-	mux   *peerMux
-	store *raftboltdb.BoltStore
-	fsm   *fsm
-	prop  *proposer // group commit, used while leading (group.go)
-	pool  peerPool
-	peer  map[byte]peerHandler // member RPCs served on the peer port
+	raft   *raft.Raft
+	trans  *raft.NetworkTransport
+	push   *commitPusher
+	mux    *peerMux
+	store  *raftboltdb.BoltStore
+	fsm    *fsm
+	prop   *proposer // group commit, used while leading (group.go)
+	pool   peerPool
+	health *peerHealth          // which peers answer; the waiting line and status
+	peer   map[byte]peerHandler // member RPCs served on the peer port
 
 	watch *watchManager
 	track *sessionTracker // session deadlines; only the leader's count
@@ -136,6 +137,12 @@ func Start(cfg Config) (*Member, error) {
 	close(m.ready)
 	m.tr.Go(m.acceptClients)
 	m.tr.Go(m.expireLoop)
+	m.tr.Go(func() {
+		m.health.run(m.ctx, 100*time.Millisecond, func() raft.ServerID {
+			_, id := m.raft.LeaderWithID()
+			return id
+		}, m.IsLeader)
+	})
 	m.tr.Go(m.groupGate)
 	m.tr.Go(func() { m.relay.run(m.ctx, 50*time.Millisecond) })
 	m.log.Info("member started", "client", ln.Addr().String(), "peer", m.mux.Addr().String())
@@ -190,6 +197,10 @@ func (m *Member) IsLeader() bool { return m.raft.State() == raft.Leader }
 
 // LastZxid is the zxid of the last txn applied on this member.
 func (m *Member) LastZxid() int64 { return m.fsm.lastZxid() }
+
+// Waiting says what the member waits for while it knows no leader, such
+// as "waiting for peers 2,3 (unreachable)"; "" once it knows one.
+func (m *Member) Waiting() string { return m.health.Waiting() }
 
 // WaitReady blocks until the ensemble has a leader that this member knows.
 func (m *Member) WaitReady(ctx context.Context) error {

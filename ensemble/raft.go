@@ -4,7 +4,6 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net"
 	"path/filepath"
 	"time"
@@ -47,7 +46,8 @@ func (m *Member) startRaft() error {
 		return fmt.Errorf("peer address %q: %w", cfg.advertised(), err)
 	}
 	m.mux.adv = adv
-	hlog := hclog.New(&hclog.LoggerOptions{Name: "raft", Level: hclog.Warn, Output: slogWriter{m.log}})
+	hlog := newRaftLog(m.log)
+	m.health = newPeerHealth(m.log)
 	m.trans = raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
 		Stream:  m.mux,
 		MaxPool: 4,
@@ -107,7 +107,8 @@ func (m *Member) startRaft() error {
 	if err != nil {
 		return fmt.Errorf("raft log cache: %w", err)
 	}
-	r, err := raft.NewRaft(rc, m.fsm, logs, store, snaps, &pushTransport{NetworkTransport: m.trans, push: m.push})
+	trans := &healthTransport{pushTransport: &pushTransport{NetworkTransport: m.trans, push: m.push}, health: m.health}
+	r, err := raft.NewRaft(rc, m.fsm, logs, store, snaps, trans)
 	if err != nil {
 		return fmt.Errorf("raft: %w", err)
 	}
@@ -336,19 +337,4 @@ func (m *Member) waitApply(a leaderApply) (proposal, error) {
 	m.stats.stage(stageCommit, ar.started.Sub(a.proposed))
 	m.stats.stage(stageApply, ar.done.Sub(ar.started))
 	return proposal{index: ar.zxid, out: zk.OutcomeOf(&ar.res), ready: ar.done}, nil
-}
-
-// slogWriter carries raft's hclog output into the member's slog logger.
-type slogWriter struct{ log *slog.Logger }
-
-func (w slogWriter) Write(p []byte) (int, error) {
-	w.log.Warn(string(trimNewline(p)))
-	return len(p), nil
-}
-
-func trimNewline(p []byte) []byte {
-	for len(p) > 0 && (p[len(p)-1] == '\n' || p[len(p)-1] == '\r') {
-		p = p[:len(p)-1]
-	}
-	return p
 }

@@ -36,16 +36,37 @@ func startSdNotify(ctx context.Context, m *ensemble.Member, log *slog.Logger) *s
 	n.wg.Add(2)
 	go func() {
 		defer n.wg.Done()
-		n.notify("STATUS=waiting for a leader")
-		if m.WaitReady(ctx) == nil {
-			n.notify("READY=1\nSTATUS=serving clients on " + m.ClientAddr())
-		}
+		n.waitReady(ctx, m)
 	}()
 	go func() {
 		defer n.wg.Done()
 		n.watchdog(ctx, m)
 	}()
 	return n
+}
+
+// waitReady keeps STATUS= on what the member waits for ("waiting for
+// peers 2,3 (unreachable)", see systemctl status) until it knows a
+// leader, then sends READY=1.
+func (n *sdNotifier) waitReady(ctx context.Context, m *ensemble.Member) {
+	status := "waiting for a leader"
+	n.notify("STATUS=" + status)
+	for {
+		wctx, cancel := context.WithTimeout(ctx, 250*time.Millisecond)
+		err := m.WaitReady(wctx)
+		cancel()
+		if err == nil {
+			n.notify("READY=1\nSTATUS=serving clients on " + m.ClientAddr())
+			return
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		if w := m.Waiting(); w != "" && w != status {
+			status = w
+			n.notify("STATUS=" + status)
+		}
+	}
 }
 
 // stopping ends readiness waiting and watchdog pings, then tells systemd

@@ -164,3 +164,37 @@ func TestNotifySystemd(t *testing.T) {
 		t.Errorf("no raft lines in the log:\n%s", out)
 	}
 }
+
+// TestNotifyWaitingStatus: a lone member of a new three-member ensemble
+// tells systemd which peers it waits for (systemctl status shows it) and
+// logs that once, not once per election round.
+func TestNotifyWaitingStatus(t *testing.T) {
+	sock := listenNotify(t)
+	t.Setenv("NOTIFY_SOCKET", sock.path)
+	addrs := testkit.FreeAddrs(t, "127.0.0.1", 4)
+	peers := "1=" + addrs[1] + ",2=" + addrs[2] + ",3=" + addrs[3]
+	p := procStart(t, "lone member", "server", "--id", "1", "--data-dir", t.TempDir(), "--client-addr", addrs[0],
+		"--peer-addr", addrs[1], "--peers", peers, "--heartbeat-timeout", "100ms", "--election-timeout", "100ms", "--log-level", "debug")
+	msg, before := sock.await(t, 30*time.Second, "STATUS=waiting for peers 2,3 (unreachable)")
+	for _, m := range append(before, msg) {
+		if hasLine(m, "READY=1") {
+			t.Fatalf("READY=1 without a leader: %q", m)
+		}
+	}
+	// Many election rounds later (100ms each; raft's line of each is at
+	// debug level), still one line.
+	testkit.WaitFor(t, 30*time.Second, "ten election rounds", func() bool {
+		return strings.Count(p.Out.String(), "level=DEBUG msg=\"raft: Election timeout reached") >= 10
+	})
+	if err := p.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	p.Exit(t, 15*time.Second)
+	out := p.Out.String()
+	if n := strings.Count(out, "waiting for peers 2,3 (unreachable)"); n != 1 {
+		t.Errorf("%d waiting lines:\n%s", n, out)
+	}
+	if strings.Contains(out, "level=ERROR") || strings.Contains(out, "level=WARN") || !strings.Contains(out, "level=DEBUG msg=\"raft: failed to make requestVote RPC") {
+		t.Errorf("a lone member logged warnings or errors:\n%s", out)
+	}
+}
