@@ -62,6 +62,10 @@ type CronOptions struct {
 	// Reload, when set, is what SIGHUP reads the jobs from again (the
 	// jobs file); without it SIGHUP stops the process like SIGTERM.
 	Reload func() ([]*CronJob, error)
+	// Ready, when set, is called once the session is up and every job is
+	// registered, before the first firing (coordrun cron tells systemd
+	// READY=1 then).
+	Ready func()
 }
 
 // Validate checks every job (filling in their defaults), the root and the
@@ -135,7 +139,10 @@ func RunCron(ctx context.Context, o CronOptions) (int, error) {
 	default:
 	}
 	if err != nil {
-		return ExitUsage, err
+		return dialCode(err), err
+	}
+	if o.Ready != nil {
+		o.Ready()
 	}
 	sctx, stop := context.WithCancel(ctx)
 	defer stop()

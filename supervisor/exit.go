@@ -8,7 +8,11 @@ package supervisor
 const (
 	ExitOK      = 0
 	ExitFailure = 1  // any other error
-	ExitUsage   = 64 // EX_USAGE: bad invocation or configuration, no permission on the lock's folder, or no ensemble reachable
+	ExitUsage   = 64 // EX_USAGE: bad invocation, configuration or jobs file, or no permission on the lock's folder
+	// ExitUnavailable (EX_UNAVAILABLE): no ensemble member answered
+	// within the connect timeout. Unlike ExitUsage, trying again later
+	// can help: units restart on it and not on 64.
+	ExitUnavailable = 69
 	// ExitNotAcquired: --try or --timeout, the lock was held by another.
 	ExitNotAcquired = 75
 	// ExitSessionLost: the session's lease ran out; the job was killed.

@@ -70,7 +70,7 @@ func Run(ctx context.Context, o Options) (int, error) {
 	defer next.drop()
 	s, err := dial(ctx, o.ConnOptions, o.KillGrace, log)
 	if err != nil {
-		return ExitUsage, err
+		return dialCode(err), err
 	}
 	defer s.close()
 	dir := path.Join(o.Root, o.Name)

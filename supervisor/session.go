@@ -2,6 +2,7 @@ package supervisor
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -11,6 +12,18 @@ import (
 	"github.com/coordrun/coordrun/ensemble/client/recipe"
 	"github.com/coordrun/coordrun/ensemble/wire"
 )
+
+// ErrUnreachable: no ensemble member answered within the connect
+// timeout (ExitUnavailable).
+var ErrUnreachable = errors.New("no ensemble member reachable")
+
+// dialCode is the exit code of a failed dial.
+func dialCode(err error) int {
+	if errors.Is(err, ErrUnreachable) {
+		return ExitUnavailable
+	}
+	return ExitUsage
+}
 
 // session is a connected client with what every run on it needs: the
 // margin taken off each lease before it becomes a kill deadline, the
@@ -41,8 +54,14 @@ func dial(ctx context.Context, o ConnOptions, grace time.Duration, log *slog.Log
 		TLS:          o.TLS,
 		Logger:       log,
 	})
+	timedOut := cctx.Err() != nil && ctx.Err() == nil
 	cancel()
 	if err != nil {
+		if timedOut {
+			// Not a TLS or auth refusal, which end the connect at once:
+			// no member answered.
+			return nil, fmt.Errorf("connect to %s: %w: %w", strings.Join(o.Servers, ","), ErrUnreachable, err)
+		}
 		return nil, fmt.Errorf("connect to %s: %w", strings.Join(o.Servers, ","), err)
 	}
 	margin, err := leaseMargin(ctx, o, grace, c, log)

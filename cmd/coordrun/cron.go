@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"net/http"
 	"os"
@@ -16,6 +17,7 @@ import (
 	"time"
 
 	"github.com/coordrun/coordrun/supervisor"
+	"github.com/coreos/go-systemd/v22/daemon"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
 	"github.com/spf13/viper"
@@ -56,9 +58,19 @@ session ends; with retry-lost N, one other host runs it again, up to N
 times, with a new fencing token and COORDRUN_ATTEMPT=2, 3, ...
 SIGHUP reads a jobs file again: new and changed jobs are scheduled, dropped
 ones no longer; running firings go on; a bad file is refused with its line
-and the old jobs keep running. Exit codes: 0 after SIGTERM/SIGINT (running
-jobs get the signal and are waited for), 76 when the session was lost, 64 for bad usage, schedules or
-job files.`
+and the old jobs keep running.
+
+--check checks the jobs (file) and prints each job's next firing, without
+connecting, like nginx -t.
+
+Under systemd (NOTIFY_SOCKET set, Type=notify) coordrun cron sends READY=1
+once it is connected and every job is registered: a start with a bad jobs
+file fails with the file's line and reason.
+
+Exit codes: 0 after SIGTERM/SIGINT (running jobs get the signal and are
+waited for), 76 when the session was lost, 64 for bad usage, schedules or
+job files (a missing one included), 69 when no ensemble member answered
+within the connect timeout.`
 
 func newCronCommand() *cobra.Command {
 	cmd := &cobra.Command{
@@ -88,6 +100,7 @@ func newCronCommand() *cobra.Command {
 	f.String("jobs", "", "YAML file of jobs")
 	f.String("metrics-addr", "", "serve Prometheus metrics per job at http://ADDR/metrics")
 	f.String("textfile", "", "also write the metrics to DIR/coordrun_cron_<jobs file or job>.prom, for node_exporter's textfile collector")
+	f.Bool("check", false, "check the jobs and print their next firings, then exit (0: fine, 64: the problem)")
 	cmd.AddCommand(newCronHistoryCommand(), newCronListCommand(), newCronPauseCommand(true), newCronPauseCommand(false),
 		newCronTriggerCommand(), newCronBackfillCommand())
 	return cmd
@@ -142,6 +155,9 @@ func runCron(cmd *cobra.Command, args []string) error {
 			return usageError{err}
 		}
 	}
+	if v.GetBool("check") {
+		return printCronCheck(cmd.OutOrStdout(), v.GetString("jobs"), jobs, time.Now())
+	}
 	sc, err := sessionOptions(cmd, v)
 	if err != nil {
 		return err
@@ -165,6 +181,16 @@ func runCron(cmd *cobra.Command, args []string) error {
 		Jobs:        jobs,
 		Metrics:     metrics,
 		Reload:      reload,
+		Ready: func() {
+			// Outside systemd (no NOTIFY_SOCKET) this sends nothing.
+			status := fmt.Sprintf("scheduling %d jobs", len(jobs))
+			if f := v.GetString("jobs"); f != "" {
+				status += " of " + f
+			}
+			if _, err := daemon.SdNotify(false, "READY=1\nSTATUS="+status); err != nil {
+				sc.log.Warn("systemd notify failed", "err", err)
+			}
+		},
 	}))
 }
 
@@ -203,6 +229,30 @@ func cronMetrics(v *viper.Viper, jobs []*supervisor.CronJob) (*supervisor.CronMe
 	return m, func() { _ = srv.Close() }, nil
 }
 
+// printCronCheck prints what --check found: the jobs and their next
+// firings.
+func printCronCheck(w io.Writer, file string, jobs []*supervisor.CronJob, now time.Time) error {
+	what := "command line"
+	if file != "" {
+		what = file
+	}
+	noun := "jobs"
+	if len(jobs) == 1 {
+		noun = "job"
+	}
+	fmt.Fprintf(w, "%s: %d %s, fine\n", what, len(jobs), noun)
+	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
+	fmt.Fprintln(tw, "JOB\tSCHEDULE\tNEXT")
+	for _, j := range jobs {
+		next := "never"
+		if t := j.Next(now); !t.IsZero() {
+			next = t.Format(time.RFC3339)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\n", j.Name, j.Spec, next)
+	}
+	return tw.Flush()
+}
+
 // jobSpec is one entry of a jobs file.
 type jobSpec struct {
 	Name         string    `yaml:"name"`
@@ -225,6 +275,10 @@ type jobSpec struct {
 // loadJobsFile reads a jobs file, naming the line of the first problem.
 func loadJobsFile(file string) ([]*supervisor.CronJob, error) {
 	b, err := os.ReadFile(file)
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return nil, fmt.Errorf("cannot read jobs file %s: %w", file, pe.Err)
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -373,3 +373,89 @@ func TestCronHistoryAndList(t *testing.T) {
 		}
 	}
 }
+
+// TestCronCheck: --check reads and checks the jobs without connecting,
+// exits 0 printing each job's next firing, and 64 with the file's line
+// and reason on a bad one, as a start would.
+func TestCronCheck(t *testing.T) {
+	dead := cronTestDeadAddr(t)
+	dir := t.TempDir()
+	good := filepath.Join(dir, "good.yaml")
+	bad := filepath.Join(dir, "bad.yaml")
+	if err := os.WriteFile(good, []byte("jobs:\n  - name: tick\n    schedule: \"@every 5s\"\n    command: /bin/true\n  - name: nightly\n    schedule: \"0 3 * * *\"\n    command: [/bin/true]\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(bad, []byte("jobs:\n  - name: tick\n    schedule: \"@every 5s\"\n    command: /bin/true\n  - name: b\n    schedule: \"61 * * * *\"\n    command: /bin/true\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	stdout, stderr, code, _ := cronTestExec(t, 5*time.Second, "cron", "--check", "--servers", dead, "--jobs", good)
+	if code != 0 || !strings.Contains(stdout, good+": 2 jobs, fine") || !strings.Contains(stdout, "tick") || !strings.Contains(stdout, "nightly") {
+		t.Errorf("--check of a good file: exit %d\n%s%s", code, stdout, stderr)
+	}
+	if strings.Contains(stderr, "connect") {
+		t.Errorf("--check connected: %s", stderr)
+	}
+	_, stderr, code, _ = cronTestExec(t, 5*time.Second, "cron", "--check", "--servers", dead, "--jobs", bad)
+	if code != exitUsage || !strings.Contains(stderr, bad+":5:") || !strings.Contains(stderr, "above maximum") {
+		t.Errorf("--check of a bad file: exit %d, want %d naming line 5\n%s", code, exitUsage, stderr)
+	}
+	missing := filepath.Join(dir, "missing.yaml")
+	_, stderr, code, _ = cronTestExec(t, 5*time.Second, "cron", "--check", "--jobs", missing)
+	if code != exitUsage || !strings.Contains(stderr, "cannot read jobs file "+missing+": no such file or directory") {
+		t.Errorf("--check of a missing file: exit %d\n%s", code, stderr)
+	}
+}
+
+// TestCronUnreachableExit: no member answering is exit 69, apart from bad
+// input's 64, so that a unit can retry the one and not the other.
+func TestCronUnreachableExit(t *testing.T) {
+	dead := cronTestDeadAddr(t)
+	_, stderr, code, took := cronTestExec(t, 30*time.Second, "cron", "--servers", dead, "--schedule", "@every 1s", "--", "true")
+	if code != supervisor.ExitUnavailable || !strings.Contains(stderr, "no ensemble member reachable") {
+		t.Errorf("cron with no member: exit %d after %v, want %d\n%s", code, cronTestMS(took), supervisor.ExitUnavailable, stderr)
+	}
+	_, stderr, code, _ = cronTestExec(t, 30*time.Second, "run", "--servers", dead, "--", "true")
+	if code != supervisor.ExitUnavailable {
+		t.Errorf("run with no member: exit %d, want %d\n%s", code, supervisor.ExitUnavailable, stderr)
+	}
+}
+
+// TestCronNotifyReady: under systemd (NOTIFY_SOCKET), cron says READY=1
+// once it is connected and its jobs registered; with a bad jobs file it
+// exits 64 without it.
+func TestCronNotifyReady(t *testing.T) {
+	addr := cronTestEnsemble(t)
+	sock := listenNotify(t)
+	t.Setenv("NOTIFY_SOCKET", sock.path)
+	dir := t.TempDir()
+	file := filepath.Join(dir, "demo.yaml")
+	if err := os.WriteFile(file, []byte("jobs:\n  - name: notify-tick\n    schedule: \"@every 1h\"\n    command: /bin/true\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p := procStart(t, "cron", "cron", "--servers", addr, "--jobs", file)
+	msg, _ := sock.await(t, 20*time.Second, "READY=1")
+	if !hasLine(msg, "STATUS=scheduling 1 jobs of "+file) {
+		t.Errorf("READY message %q", msg)
+	}
+	c := cronTestClient(t, addr)
+	if _, ok, err := c.Exists(context.Background(), "/coordrun/cron/notify-tick"); err != nil || !ok {
+		t.Errorf("job not registered at READY=1: %v %v", ok, err)
+	}
+	if err := p.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if code := p.Exit(t, 15*time.Second); code != 0 {
+		t.Errorf("exit %d after SIGTERM", code)
+	}
+
+	if err := os.WriteFile(file, []byte("jobs:\n  - name: b\n    schedule: \"@every 1h\"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p = procStart(t, "cron", "cron", "--servers", addr, "--jobs", file)
+	if code := p.Exit(t, 15*time.Second); code != exitUsage {
+		t.Errorf("bad jobs file: exit %d, want %d", code, exitUsage)
+	}
+	if msg, ok := sock.next(t, time.Now().Add(100*time.Millisecond)); ok && hasLine(msg, "READY=1") {
+		t.Errorf("READY=1 with a bad jobs file: %q", msg)
+	}
+}

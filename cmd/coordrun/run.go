@@ -33,8 +33,8 @@ coordrun exits 78.
 Exit codes: the command's own; 128+N if signal N killed it; 75 the lock was
 not acquired (--try, --timeout); 76 the session was lost and the command
 killed; 78 the lock was lost (its nodes deleted or changed by another
-client) and the command stopped; 64 bad usage, no permission on the lock's
-folder, or no ensemble reachable.`
+client) and the command stopped; 64 bad usage or no permission on the lock's
+folder; 69 no ensemble member answered within the connect timeout.`
 
 func addRunFlags(cmd *cobra.Command) {
 	addSessionFlags(cmd)
