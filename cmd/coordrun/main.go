@@ -20,3 +20,7 @@ func main() {
 	}
 	os.Exit(code)
 }
+
+// exitAbort ends the server at once on SIGABRT (abort.go): the member may
+// be hung, so nothing waits for it to shut down.
+func exitAbort() { os.Exit(128 + int(syscall.SIGABRT)) }

@@ -26,6 +26,31 @@ type sdNotifier struct {
 	log    *slog.Logger
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
+
+	mu       sync.Mutex
+	interval time.Duration // the watchdog's, 0 when off
+	lastPing time.Time     // the latest WATCHDOG=1
+	lastErr  error         // the latest failed liveness check's, nil after a pass
+}
+
+// lastWord is what the watchdog saw last, as log attributes: how long ago
+// it pinged and the liveness check's latest error.
+func (n *sdNotifier) lastWord() []any {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.interval == 0 {
+		return []any{"watchdog", "off"}
+	}
+	attrs := []any{"watchdog_interval", n.interval}
+	if n.lastPing.IsZero() {
+		attrs = append(attrs, "last_ping", "never")
+	} else {
+		attrs = append(attrs, "last_ping_ago", time.Since(n.lastPing).Round(time.Millisecond))
+	}
+	if n.lastErr != nil {
+		attrs = append(attrs, "liveness_err", n.lastErr)
+	}
+	return attrs
 }
 
 // startSdNotify begins waiting for readiness and, if systemd asks for it,
@@ -98,18 +123,27 @@ func (n *sdNotifier) watchdog(ctx context.Context, m *ensemble.Member) {
 		return
 	}
 	n.log.Info("systemd watchdog enabled", "interval", interval)
+	n.mu.Lock()
+	n.interval = interval
+	n.mu.Unlock()
 	tick := time.NewTicker(interval / 2)
 	defer tick.Stop()
 	for {
 		cctx, cancel := context.WithTimeout(ctx, interval/4)
 		err := m.Live(cctx)
 		cancel()
-		switch {
-		case ctx.Err() != nil:
+		if ctx.Err() != nil {
 			return
-		case err != nil:
+		}
+		n.mu.Lock()
+		n.lastErr = err
+		if err == nil {
+			n.lastPing = time.Now()
+		}
+		n.mu.Unlock()
+		if err != nil {
 			n.log.Warn("liveness check failed; withholding the watchdog ping", "err", err)
-		default:
+		} else {
 			n.notify("WATCHDOG=1")
 		}
 		select {

@@ -198,3 +198,67 @@ func TestNotifyWaitingStatus(t *testing.T) {
 		t.Errorf("a lone member logged warnings or errors:\n%s", out)
 	}
 }
+
+// TestWatchdogAbort: SIGABRT, what systemd's watchdog sends a member that
+// stopped pinging, ends the server at once with exit 134 and one ERROR
+// line naming the reason and a file in the data dir with every
+// goroutine's stack, instead of a dump of hundreds of lines on stderr.
+func TestWatchdogAbort(t *testing.T) {
+	sock := listenNotify(t)
+	t.Setenv("NOTIFY_SOCKET", sock.path)
+	t.Setenv("WATCHDOG_USEC", "2000000")
+	t.Setenv("WATCHDOG_PID", "")
+	dir := t.TempDir()
+	client := testkit.FreeAddrs(t, "127.0.0.1", 1)[0]
+	p := procStart(t, "server", "server", "--dev", "--data-dir", dir, "--client-addr", client)
+	sock.await(t, 30*time.Second, "READY=1")
+	sock.await(t, 10*time.Second, "WATCHDOG=1")
+	if err := p.Signal(syscall.SIGABRT); err != nil {
+		t.Fatal(err)
+	}
+	if code := p.Exit(t, 10*time.Second); code != 134 {
+		t.Errorf("exit %d after SIGABRT, want 134", code)
+	}
+	out := p.Out.String()
+	if n := strings.Count(out, "goroutine "); n > 0 {
+		t.Errorf("%d goroutine headers on stderr:\n%s", n, out)
+	}
+	var line string
+	for _, l := range strings.Split(out, "\n") {
+		if strings.Contains(l, "level=ERROR") {
+			if line != "" {
+				t.Errorf("more than one ERROR line:\n%s", out)
+			}
+			line = l
+		}
+	}
+	if !strings.Contains(line, "SIGABRT") || !strings.Contains(line, "watchdog") || !strings.Contains(line, "last_ping_ago=") {
+		t.Errorf("the abort's line: %q", line)
+	}
+	stacks, _ := filepath.Glob(filepath.Join(dir, "abort-*.stacks"))
+	if len(stacks) != 1 || !strings.Contains(line, "stacks="+stacks[0]) {
+		t.Fatalf("stack files %v; line %q", stacks, line)
+	}
+	b, err := os.ReadFile(stacks[0])
+	if err != nil || !strings.Contains(string(b), "goroutine ") || !strings.Contains(string(b), "ensemble.") {
+		t.Errorf("stack file: %v\n%.500s", err, b)
+	}
+}
+
+// TestSaveStacksKeepsFew: the data dir keeps the newest few stack files.
+func TestSaveStacksKeepsFew(t *testing.T) {
+	dir := t.TempDir()
+	start := time.Date(2026, 12, 1, 3, 0, 0, 0, time.UTC)
+	var last string
+	for i := 0; i < abortStacksKept+2; i++ {
+		f, err := saveStacks(dir, start.Add(time.Duration(i)*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		last = f
+	}
+	got, _ := filepath.Glob(filepath.Join(dir, "abort-*.stacks"))
+	if len(got) != abortStacksKept || got[len(got)-1] != last {
+		t.Errorf("kept %v, want the newest %d ending with %s", got, abortStacksKept, last)
+	}
+}

@@ -145,6 +145,7 @@ func runServer(cmd *cobra.Command, _ []string) error {
 	}
 	log.Info("serving", "id", cfg.ID, "client_addr", m.ClientAddr(), "peer_addr", m.PeerAddr(), "data_dir", cfg.DataDir)
 	sd := startSdNotify(cmd.Context(), m, log)
+	handleAbort(log, cfg.DataDir, sd.lastWord)
 	<-cmd.Context().Done()
 	sd.stopping()
 	log.Info("shutting down")
