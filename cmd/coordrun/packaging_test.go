@@ -17,6 +17,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -464,6 +465,7 @@ func TestPackageDeb(t *testing.T) {
 	// The files.
 	for _, p := range []string{
 		"/usr/lib/systemd/system/coordrun-server.service",
+		"/usr/lib/systemd/system/coordrun-server@.service",
 		"/usr/lib/systemd/system/coordrun-cron@.service",
 		"/usr/share/man/man1/coordrun.1.gz",
 		"/usr/share/man/man1/coordrun-server.1.gz",
@@ -556,5 +558,35 @@ func pkgServe(t *testing.T, bin string) {
 	}
 	if code := p.Exit(t, 15*time.Second); code != 0 {
 		t.Fatalf("%s server --dev after SIGTERM: exit %d", bin, code)
+	}
+}
+
+// TestServerTemplateUnit: coordrun-server@.service is
+// coordrun-server.service with the instance's config file and data dir,
+// every other setting (hardening, timeouts, restarts) the same.
+func TestServerTemplateUnit(t *testing.T) {
+	settings := func(file string, paths *strings.Replacer) []string {
+		b, err := os.ReadFile(filepath.Join("..", "..", "packaging", "systemd", file))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, l := range strings.Split(string(b), "\n") {
+			if l == "" || strings.HasPrefix(l, "#") || strings.HasPrefix(l, "Description=") {
+				continue
+			}
+			out = append(out, paths.Replace(l))
+		}
+		return out
+	}
+	plain := settings("coordrun-server.service", strings.NewReplacer())
+	tmpl := settings("coordrun-server@.service", strings.NewReplacer(
+		"--config /etc/coordrun/%i.yaml", "--config /etc/coordrun/coordrun.yaml",
+		"StateDirectory=coordrun/%i", "StateDirectory=coordrun"))
+	if !slices.Equal(plain, tmpl) {
+		t.Errorf("the template's settings differ from the plain unit's:\nplain:    %q\ntemplate: %q", plain, tmpl)
+	}
+	if !slices.Contains(settings("coordrun-server@.service", strings.NewReplacer()), "StateDirectory=coordrun/%i") {
+		t.Errorf("the template has no data dir of its own")
 	}
 }

@@ -9,7 +9,7 @@ set -e
 # reset.
 if [ -d /run/systemd/system ]; then
   systemctl daemon-reload >/dev/null 2>&1 || true
-  systemctl reset-failed 'coordrun-server.service' 'coordrun-cron@*.service' >/dev/null 2>&1 || true
+  systemctl reset-failed 'coordrun-server.service' 'coordrun-server@*.service' 'coordrun-cron@*.service' >/dev/null 2>&1 || true
 fi
 
 # Purging removes /etc/coordrun with what the admin put there (the jobs
