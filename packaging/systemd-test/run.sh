@@ -24,7 +24,7 @@ CACHE=${XDG_CACHE_HOME:-$HOME/.cache}/coordrun/systemd-root
 WATCHDOG=${SYSTEMD_TEST_WATCHDOG:-4}
 QUIET=${SYSTEMD_TEST_QUIET:-40}
 
-SCENARIOS=(serve no-hosts unconfigured cron-stop purge)
+SCENARIOS=(serve no-hosts unconfigured cron-stop template nightly cron-notify hardening purge reinstall)
 
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 t0=$SECONDS
@@ -246,6 +246,19 @@ hosts_file() {
   printf '127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n' | ct tee /etc/hosts >/dev/null
 }
 
+is_active() { [ "$(prop "$1" ActiveState)" = active ]; }
+# ensure_installed: the package is installed (a scenario after purge, or
+# run alone after one, starts from it too).
+ensure_installed() {
+  [ "$(ct dpkg-query -W -f '${Status}' coordrun 2>/dev/null)" = "install ok installed" ] && return 0
+  ct dpkg -i "/run/coordrun-pkg/$(basename "$deb")" >"$work/dpkg.log" 2>&1 || { cat "$work/dpkg.log" >&2; fail "dpkg -i"; }
+}
+# score FILE-OR-UNIT [--offline=yes]: systemd-analyze security's overall
+# exposure of a unit.
+score() {
+  ct systemd-analyze security --no-pager "$@" 2>/dev/null | sed -n 's/.*Overall exposure level for [^:]*: \([0-9.]*\).*/\1/p'
+}
+
 # --- Scenarios ----------------------------------------------------------------
 
 # serve: a configured single member. systemctl start returns once it
@@ -323,6 +336,16 @@ scenario_no_hosts() {
   until_ok $((WATCHDOG * 3 + 10)) "the watchdog restarting the stopped member" aborted
   journal_has coordrun-server 'Watchdog timeout' || fail "restarted, but the journal shows no watchdog timeout"
   show "SIGSTOP $pid: watchdog timeout, active again as pid $(prop coordrun-server MainPID) after $(since "$start")s"
+  # The abort's record: one line with the reason, the stacks in a file.
+  local abort dump stacks
+  abort=$(journal coordrun-server | grep -m 1 'aborting on SIGABRT' || true)
+  dump=$(journal coordrun-server | grep -c -E '^goroutine [0-9]+ ' || true)
+  stacks=$(ct sh -c 'ls /var/lib/coordrun/abort-*.stacks 2>/dev/null' | tail -n 1)
+  show "the abort in the journal: $abort" "goroutine headers in the journal: $dump; stacks saved: ${stacks:-none} ($(ct grep -c '^goroutine ' "${stacks:-/dev/null}" 2>/dev/null || echo 0) goroutines)"
+  [ -n "$abort" ] || fail "no abort line in the journal"
+  [ "$dump" = 0 ] || fail "$dump goroutine headers in the journal"
+  [ -n "$stacks" ] || fail "no abort-*.stacks file in /var/lib/coordrun"
+  journal_has coordrun-server 'status=134' || fail "the aborted member did not exit 134"
   ct rm -r /run/systemd/system/coordrun-server.service.d
   ct systemctl daemon-reload
 }
@@ -453,6 +476,320 @@ YAML
   [ -z "$units" ] || fail "systemd still knows coordrun units after purge: $units"
   grep -q 'not removed' <<<"$out" && fail "dpkg --purge left something: $(grep 'not removed' <<<"$out")"
   return 0
+}
+
+# template: three members from coordrun-server@.service in one container,
+# each with its /etc/coordrun/mN.yaml (own ports) and /var/lib/coordrun/mN.
+# ensemble status --wait reports them healthy; stopping the leader's
+# instance hands leadership over: writes through another member resume
+# (timed from the stop to the first write that succeeds) and no member
+# names the stopped one leader; started again, it rejoins.
+scenario_template() {
+  ensure_installed
+  hosts_file
+  ct systemctl stop coordrun-server 2>/dev/null || true
+  local i peers="1=127.0.0.1:2981,2=127.0.0.1:2982,3=127.0.0.1:2983" servers="127.0.0.1:2281,127.0.0.1:2282,127.0.0.1:2283"
+  for i in 1 2 3; do
+    printf 'id: "%s"\ndata-dir: /var/lib/coordrun/m%s\nclient-addr: 127.0.0.1:228%s\npeer-addr: 127.0.0.1:298%s\npeers: %s\n' \
+      "$i" "$i" "$i" "$i" "$peers" | ct tee "/etc/coordrun/m$i.yaml" >/dev/null
+  done
+  mark
+  local start st
+  start=$(date +%s%N)
+  # --no-block: each instance is active only once a quorum is up.
+  ct systemctl start --no-block coordrun-server@m1 coordrun-server@m2 coordrun-server@m3
+  st=$(ct coordrun ensemble status --servers "$servers" --wait 60s 2>&1) || fail "ensemble status --wait: exit $?: $st"
+  show "coordrun-server@m1..m3 healthy after $(since "$start")s:" "$st"
+  for i in 1 2 3; do
+    until_ok 10 "coordrun-server@m$i active" is_active "coordrun-server@m$i"
+    ct test -f "/var/lib/coordrun/m$i/raft.db" || fail "no raft log in /var/lib/coordrun/m$i"
+  done
+  local json leader
+  json=$(ct coordrun ensemble status --json --servers "$servers")
+  leader=$(grep -o '"leader": *"[^"]*"' <<<"$json" | head -n 1 | grep -o '[0-9]*"$' | tr -d '"')
+  [ -n "$leader" ] || fail "no leader in $json"
+  local others=() o
+  for i in 1 2 3; do [ "$i" = "$leader" ] || others+=("$i"); done
+  o=${others[0]}
+
+  # A write is a session (createSession goes through raft) and a lock
+  # node; coordrun run does both and deletes the node.
+  write_through() { ct coordrun run --servers "127.0.0.1:228$1" --name template-probe -- true >/dev/null 2>&1; }
+  write_through "$o" || fail "a write through member $o before the stop"
+  mark
+  local t stopped resumed
+  t=$(date +%s%N)
+  ct systemctl stop "coordrun-server@m$leader"
+  stopped=$(since "$t")
+  until_ok 30 "a write through member $o after stopping the leader" write_through "$o"
+  resumed=$(since "$t")
+  local views
+  views=$(ct coordrun ensemble status --json --servers "127.0.0.1:228${others[0]},127.0.0.1:228${others[1]}" | grep -o '"\(id\|leader\)": *"[^"]*"' | tr -d ' "' | paste -sd ' ')
+  show "systemctl stop coordrun-server@m$leader (the leader) took ${stopped}s; first write through member $o ${resumed}s after the stop" \
+    "journal of m$leader: $(journal "coordrun-server@m$leader" | grep -m 1 'leadership handed over' || echo 'no handover line')" \
+    "what the others say (id, leader): $views"
+  journal_has "coordrun-server@m$leader" 'leadership handed over before stopping to=[0-9]' || fail "the stopped leader did not hand over"
+  for i in "${others[@]}"; do
+    json=$(ct coordrun ensemble status --json --servers "127.0.0.1:228$i") || fail "ensemble status of member $i"
+    grep -o '"leader": *"[^"]*"' <<<"$json" | grep -q "\"$leader\"" && fail "member $i still names the stopped member $leader leader: $json"
+    grep -q '"leader": *"[1-3]"' <<<"$json" || fail "member $i names no leader: $json"
+  done
+
+  t=$(date +%s%N)
+  ct systemctl start "coordrun-server@m$leader" || fail "systemctl start coordrun-server@m$leader again"
+  st=$(ct coordrun ensemble status --servers "$servers" --wait 60s 2>&1) || fail "ensemble status --wait after the restart: $st"
+  show "started again: active after $(since "$t")s, the three healthy:" "$st"
+  ct systemctl stop coordrun-server@m1 coordrun-server@m2 coordrun-server@m3
+  ct rm -f /etc/coordrun/m1.yaml /etc/coordrun/m2.yaml /etc/coordrun/m3.yaml
+}
+
+# nightly: the shipped nightly.service and nightly.timer example, as two
+# units standing for two hosts (nightly-a, nightly-b) whose timers fire
+# together every 5s, on one lock: the job's runs never overlap (start and
+# end times from the journal) and each run's fencing token, in the
+# journal, rises. Then a stop during a run ends as the example says: the
+# job gets SIGTERM, coordrun exits 143, and with the example's
+# SuccessExitStatus=143 the unit ends inactive, without it failed.
+scenario_nightly() {
+  ensure_installed
+  hosts_file
+  member_config
+  ct systemctl reset-failed coordrun-server 2>/dev/null || true
+  ct systemctl start coordrun-server || fail "systemctl start coordrun-server"
+  local ex=/usr/share/doc/coordrun/examples u
+  ct test -f "$ex/nightly.service" || fail "$ex/nightly.service is not installed"
+  ct tee /usr/local/bin/nightly.sh >/dev/null <<'SH'
+#!/bin/sh
+# The job: its start and end with the run's fencing token.
+echo "nightly-run start $(date +%s.%N) token=$COORDRUN_FENCING_TOKEN unit=$NIGHTLY_UNIT"
+sleep "$(cat /run/nightly-seconds 2>/dev/null || echo 1.5)"
+echo "nightly-run end $(date +%s.%N) token=$COORDRUN_FENCING_TOKEN unit=$NIGHTLY_UNIT"
+SH
+  ct chmod 0755 /usr/local/bin/nightly.sh
+  ct rm -f /run/nightly-seconds
+  for u in a b; do
+    ct cp "$ex/nightly.service" "/etc/systemd/system/nightly-$u.service"
+    ct cp "$ex/nightly.timer" "/etc/systemd/system/nightly-$u.timer"
+    ct mkdir -p "/etc/systemd/system/nightly-$u.service.d" "/etc/systemd/system/nightly-$u.timer.d"
+    printf '[Service]\nEnvironment=NIGHTLY_UNIT=%s\n' "$u" | ct tee "/etc/systemd/system/nightly-$u.service.d/unit.conf" >/dev/null
+    printf '[Timer]\nOnCalendar=\nOnCalendar=*:*:0/5\nAccuracySec=1ms\nPersistent=false\n' | ct tee "/etc/systemd/system/nightly-$u.timer.d/often.conf" >/dev/null
+  done
+  ct systemctl daemon-reload
+  mark
+  ct systemctl start nightly-a.timer nightly-b.timer
+  runs() { journal nightly-a; journal nightly-b; }
+  ended() { [ "$(runs | grep -c '^nightly-run end')" -ge 4 ]; }
+  until_ok 40 "four runs of the nightly job" ended
+  ct systemctl stop nightly-a.timer nightly-b.timer
+  idle() { [ "$(prop nightly-a ActiveState)" != activating ] && [ "$(prop nightly-b ActiveState)" != activating ]; }
+  until_ok 20 "the runs in progress ending" idle
+  # One row per run: start end token unit, by start.
+  local table
+  table=$(runs | awk '/^nightly-run (start|end)/ {
+      split($4, tk, "="); split($5, un, "=")
+      if ($2 == "start") s[tk[2]] = $3; else e[tk[2]] = $3; unit[tk[2]] = un[2] }
+    END { for (t in s) print s[t], (t in e ? e[t] : "-"), t, unit[t] }' | sort -n)
+  show "runs (start end token unit):" "$table"
+  awk 'NR > 1 && $1 < prevend { bad = 1; print "overlap: " prev " / " $0 > "/dev/stderr" }
+       NR > 1 && $3 <= prevtok { bad = 1; print "token not rising: " prev " / " $0 > "/dev/stderr" }
+       $2 == "-" { bad = 1; print "run without an end: " $0 > "/dev/stderr" }
+       { prevend = $2; prevtok = $3; prev = $0 } END { exit bad }' <<<"$table" || fail "the nightly runs overlapped or their tokens did not rise"
+  [ "$(awk '{ print $4 }' <<<"$table" | sort -u | wc -l)" = 2 ] || fail "not both units ran the job"
+  journal_has nightly-a 'lock acquired; starting job.*token=[0-9]+' || fail "coordrun's line with the token is not in the journal"
+
+  # A stop during a run, with the example's SuccessExitStatus=143 ...
+  stop_during_run() {
+    ct systemctl reset-failed nightly-a 2>/dev/null || true
+    mark
+    ct systemctl start --no-block nightly-a.service
+    until_ok 15 "a run of nightly-a" journal_has nightly-a '^nightly-run start'
+    local t
+    t=$(date +%s%N)
+    ct systemctl stop nightly-a.service
+    printf '%s %s %s %s' "$(prop nightly-a ActiveState)" "$(prop nightly-a Result)" "$(prop nightly-a ExecMainStatus)" "$(since "$t")"
+  }
+  echo 60 | ct tee /run/nightly-seconds >/dev/null
+  local r
+  r=$(stop_during_run)
+  show "systemctl stop during a run, SuccessExitStatus=143 (as shipped): state result exit took = $r"
+  [ "$r" != "${r#inactive success 143 }" ] || fail "stop during a run with SuccessExitStatus=143: $r, want inactive success 143"
+  journal_has nightly-a 'signal=terminated|signal=TERM|SIGTERM' || show "(no signal line from coordrun in the journal)"
+  # ... and without it (an empty SuccessExitStatus= resets the list).
+  printf '[Service]\nSuccessExitStatus=\n' | ct tee /etc/systemd/system/nightly-a.service.d/strict.conf >/dev/null
+  ct systemctl daemon-reload
+  r=$(stop_during_run)
+  show "the same without SuccessExitStatus=143: state result exit took = $r"
+  [ "$r" != "${r#failed exit-code 143 }" ] || fail "stop during a run without SuccessExitStatus: $r, want failed exit-code 143"
+  ct rm -f /run/nightly-seconds
+  for u in a b; do
+    ct rm -rf "/etc/systemd/system/nightly-$u.service" "/etc/systemd/system/nightly-$u.timer" \
+      "/etc/systemd/system/nightly-$u.service.d" "/etc/systemd/system/nightly-$u.timer.d"
+  done
+  ct systemctl daemon-reload
+  ct systemctl reset-failed nightly-a nightly-b 2>/dev/null || true
+}
+
+# cron-notify: coordrun-cron@ is Type=notify: systemctl start returns once
+# the jobs are scheduled, and an @every 5s job fires in the journal. A bad
+# jobs file fails the start with its line and reason, a missing one with
+# its name, both exit 64 and not restarted; an ensemble that does not
+# answer (exit 69) is retried.
+scenario_cron_notify() {
+  ensure_installed
+  hosts_file
+  member_config
+  ct systemctl reset-failed 2>/dev/null || true
+  ct systemctl start coordrun-server || fail "systemctl start coordrun-server"
+  ct tee /etc/coordrun/cron/tick.yaml >/dev/null <<'YAML'
+jobs:
+  - name: tick
+    schedule: "@every 5s"
+    command: echo "tick $COORDRUN_SCHEDULED_TIME token $COORDRUN_FENCING_TOKEN"
+YAML
+  ct tee /etc/coordrun/cron/bad.yaml >/dev/null <<'YAML'
+jobs:
+  - name: fine
+    schedule: "@every 5s"
+    command: /bin/true
+  - name: broken
+    schedule: "61 * * * *"
+    command: /bin/true
+YAML
+  ct tee /etc/coordrun/cron/unreach.yaml >/dev/null <<'YAML'
+jobs:
+  - name: unreach
+    schedule: "@every 1h"
+    command: /bin/true
+YAML
+  ct rm -f /etc/coordrun/cron/absent.yaml
+  ct mkdir -p /run/systemd/system/coordrun-cron@unreach.service.d
+  printf '[Service]\nEnvironment=COORDRUN_SERVERS=127.0.0.1:1\n' | ct tee /run/systemd/system/coordrun-cron@unreach.service.d/servers.conf >/dev/null
+  ct systemctl daemon-reload
+  mark
+  ct systemctl start --no-block coordrun-cron@unreach
+  local t
+  t=$(date +%s%N)
+  ct systemctl start coordrun-cron@tick || fail "systemctl start coordrun-cron@tick"
+  show "systemctl start coordrun-cron@tick returned after $(since "$t")s: $(prop coordrun-cron@tick ActiveState), status: $(prop coordrun-cron@tick StatusText)"
+  [ "$(prop coordrun-cron@tick ActiveState)" = active ] || fail "coordrun-cron@tick not active after its start"
+  local rc name
+  for name in bad absent; do
+    rc=0
+    ct systemctl start "coordrun-cron@$name" >/dev/null 2>&1 || rc=$?
+    [ $rc -ne 0 ] || fail "systemctl start coordrun-cron@$name succeeded"
+    show "systemctl start coordrun-cron@$name: exit $rc; journal: $(journal "coordrun-cron@$name" | grep -m 1 '^coordrun:')"
+  done
+  ticks() { [ "$(journal coordrun-cron@tick | grep -c '^tick ')" -ge 2 ]; }
+  until_ok 20 "two firings of coordrun-cron@tick" ticks
+  show "coordrun-cron@tick fired:" "$(journal coordrun-cron@tick | grep '^tick ')"
+  # Restarts would come RestartSec (10s) after the failures.
+  retried() { [ "$(prop coordrun-cron@unreach NRestarts)" -ge 1 ]; }
+  until_ok 40 "coordrun-cron@unreach (no member answering) restarted" retried
+  for name in bad absent; do
+    show "coordrun-cron@$name: $(prop "coordrun-cron@$name" ActiveState), exit $(prop "coordrun-cron@$name" ExecMainStatus), NRestarts $(prop "coordrun-cron@$name" NRestarts)"
+    [ "$(prop "coordrun-cron@$name" ActiveState)" = failed ] || fail "coordrun-cron@$name is $(prop "coordrun-cron@$name" ActiveState)"
+    [ "$(prop "coordrun-cron@$name" NRestarts)" = 0 ] || fail "coordrun-cron@$name was restarted"
+    [ "$(prop "coordrun-cron@$name" ExecMainStatus)" = 64 ] || fail "coordrun-cron@$name exited $(prop "coordrun-cron@$name" ExecMainStatus), want 64"
+    journal_has "coordrun-cron@$name" 'Assertion failed' && fail "coordrun-cron@$name: Assertion failed"
+  done
+  journal_has coordrun-cron@bad '/etc/coordrun/cron/bad.yaml:5: job broken: schedule "61 \* \* \* \*".*above maximum' || fail "the journal does not name bad.yaml's line 5 and the reason"
+  journal_has coordrun-cron@absent 'cannot read jobs file /etc/coordrun/cron/absent.yaml: no such file or directory' || fail "the journal does not say absent.yaml is missing"
+  show "coordrun-cron@unreach: exit $(prop coordrun-cron@unreach ExecMainStatus), NRestarts $(prop coordrun-cron@unreach NRestarts) (retried); $(journal coordrun-cron@unreach | grep -m 1 '^coordrun:')"
+  journal_has coordrun-cron@unreach 'status=69' || fail "coordrun-cron@unreach did not exit 69"
+  ct systemctl stop coordrun-cron@tick coordrun-cron@unreach
+  ct systemctl reset-failed 'coordrun-cron@*' 2>/dev/null || true
+  ct rm -rf /run/systemd/system/coordrun-cron@unreach.service.d
+  ct rm -f /etc/coordrun/cron/tick.yaml /etc/coordrun/cron/bad.yaml /etc/coordrun/cron/unreach.yaml
+  ct systemctl daemon-reload
+}
+
+# hardening: systemd-analyze security's exposure of coordrun-server as
+# shipped, and of the unit before its last tightening (UMask=0027, no
+# ~@resources: rebuilt from the shipped file); the member works under the
+# shipped one: it starts and serves, saves a snapshot, keeps its files
+# to itself, and pings a 4s watchdog without a restart for 12s.
+scenario_hardening() {
+  ensure_installed
+  hosts_file
+  member_config
+  local unit=/usr/lib/systemd/system/coordrun-server.service after before
+  ct mkdir -p /root/before
+  ct sh -c "sed -e 's/^UMask=0077/UMask=0027/' -e 's/^SystemCallFilter=~@privileged @resources\$/SystemCallFilter=~@privileged/' $unit >/root/before/coordrun-server.service"
+  ct cmp -s $unit /root/before/coordrun-server.service && fail "the rebuilt unit before the tightening is the shipped one"
+  # Both from the files (--offline), alike; the loaded unit's for the record.
+  after=$(score --offline=yes $unit)
+  before=$(score --offline=yes /root/before/coordrun-server.service)
+  show "systemd-analyze security coordrun-server: $after as shipped ($(score coordrun-server) as loaded); $before before (UMask=0027, no ~@resources)"
+  [ -n "$after" ] && [ -n "$before" ] || fail "no exposure score"
+  awk -v a="$after" -v b="$before" 'BEGIN { exit !(a < b) }' || fail "exposure $after is not below $before"
+  show "cron@: $(score coordrun-cron@hardening) (by design: jobs run as root)"
+
+  ct mkdir -p /run/systemd/system/coordrun-server.service.d
+  printf '[Service]\nWatchdogSec=4s\n' | ct tee /run/systemd/system/coordrun-server.service.d/watchdog.conf >/dev/null
+  ct systemctl daemon-reload
+  ct systemctl reset-failed coordrun-server 2>/dev/null || true
+  mark
+  ct systemctl restart coordrun-server || fail "systemctl restart coordrun-server"
+  local pid
+  pid=$(prop coordrun-server MainPID)
+  [ "$(word ruok)" = imok ] || fail "ruok under the shipped hardening"
+  ct coordrun run --name hardening -- true || fail "a write under the shipped hardening"
+  ct coordrun ensemble snapshot save /root/hardening.snap --servers 127.0.0.1:2181 >/dev/null || fail "ensemble snapshot save"
+  ct test -s /root/hardening.snap || fail "the snapshot is empty"
+  local modes
+  modes=$(ct sh -c 'stat -c "%a %n" /var/lib/coordrun/raft.db /var/lib/coordrun/snapshots 2>/dev/null')
+  show "ruok imok; a write; snapshot save $(ct stat -c %s /root/hardening.snap) bytes; data dir: $(tr '\n' ' ' <<<"$modes")"
+  awk '{ n = length($1); if (substr($1, n - 1, 2) != "00") bad = 1 } END { exit !bad }' <<<"$modes" &&
+    fail "data dir files open to group or others: $modes"
+  local end=$((SECONDS + 12))
+  while [ $SECONDS -lt $end ]; do
+    [ "$(prop coordrun-server MainPID)" = "$pid" ] || fail "coordrun-server restarted under the shipped hardening: $(journal coordrun-server | grep -m 3 -i -e watchdog -e liveness -e 'status=')"
+    sleep 1
+  done
+  journal_has coordrun-server 'systemd watchdog enabled' || fail "the member did not see the watchdog"
+  journal_has coordrun-server 'level=(ERROR|WARN)' && fail "warnings under the shipped hardening: $(journal coordrun-server | grep -m 3 -E 'level=(ERROR|WARN)')"
+  show "12s with WatchdogSec=4s: same pid, no warnings"
+  ct rm -r /run/systemd/system/coordrun-server.service.d
+  ct systemctl daemon-reload
+}
+
+# reinstall: remove (not purge) and install again keep /var/lib/coordrun,
+# and the member serves its data from before (a cron job registered
+# before, a persistent znode, is listed); so does a purge (which keeps the
+# data dir, not the config) and an install with the config written anew.
+scenario_reinstall() {
+  ensure_installed
+  hosts_file
+  member_config
+  ct systemctl reset-failed coordrun-server 2>/dev/null || true
+  ct systemctl start coordrun-server || fail "systemctl start coordrun-server"
+  ct tee /etc/coordrun/cron/keep.yaml >/dev/null <<'YAML'
+jobs:
+  - name: reinstall-marker
+    schedule: "@every 1h"
+    command: /bin/true
+YAML
+  ct systemctl start coordrun-cron@keep || fail "systemctl start coordrun-cron@keep"
+  ct systemctl stop coordrun-cron@keep
+  marker() { ct coordrun cron list --servers 127.0.0.1:2181 2>/dev/null | grep -q reinstall-marker; }
+  marker || fail "reinstall-marker is not registered"
+  local zxid
+  zxid=$(ct coordrun ensemble status --json | grep -o '"last_zxid": *[0-9]*' | head -n 1 | grep -o '[0-9]*$')
+  local how
+  for how in remove purge; do
+    ct dpkg "--$how" coordrun >/dev/null 2>&1 || fail "dpkg --$how"
+    ct test -f /var/lib/coordrun/raft.db || fail "dpkg --$how removed /var/lib/coordrun/raft.db"
+    ensure_installed
+    # A purge took the config with /etc/coordrun.
+    [ $how = remove ] || member_config
+    ct systemctl start coordrun-server || fail "systemctl start coordrun-server after dpkg --$how and -i"
+    marker || fail "after dpkg --$how and -i, the member does not serve reinstall-marker"
+    local now
+    now=$(ct coordrun ensemble status --json | grep -o '"last_zxid": *[0-9]*' | head -n 1 | grep -o '[0-9]*$')
+    [ "${now:-0}" -ge "${zxid:-0}" ] || fail "last zxid $now after dpkg --$how, was $zxid"
+    show "dpkg --$how, dpkg -i, systemctl start: serving, reinstall-marker listed, last zxid $now (was $zxid before)"
+  done
+  ct systemctl stop coordrun-server
 }
 
 for s in "${SCENARIOS[@]}"; do
