@@ -183,7 +183,7 @@ func runCron(cmd *cobra.Command, args []string) error {
 		Reload:      reload,
 		Ready: func() {
 			// Outside systemd (no NOTIFY_SOCKET) this sends nothing.
-			status := fmt.Sprintf("scheduling %d jobs", len(jobs))
+			status := fmt.Sprintf("scheduling %d %s", len(jobs), plural(len(jobs), "job", "jobs"))
 			if f := v.GetString("jobs"); f != "" {
 				status += " of " + f
 			}
@@ -229,6 +229,13 @@ func cronMetrics(v *viper.Viper, jobs []*supervisor.CronJob) (*supervisor.CronMe
 	return m, func() { _ = srv.Close() }, nil
 }
 
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
+}
+
 // printCronCheck prints what --check found: the jobs and their next
 // firings.
 func printCronCheck(w io.Writer, file string, jobs []*supervisor.CronJob, now time.Time) error {
@@ -236,11 +243,7 @@ func printCronCheck(w io.Writer, file string, jobs []*supervisor.CronJob, now ti
 	if file != "" {
 		what = file
 	}
-	noun := "jobs"
-	if len(jobs) == 1 {
-		noun = "job"
-	}
-	fmt.Fprintf(w, "%s: %d %s, fine\n", what, len(jobs), noun)
+	fmt.Fprintf(w, "%s: %d %s, fine\n", what, len(jobs), plural(len(jobs), "job", "jobs"))
 	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
 	fmt.Fprintln(tw, "JOB\tSCHEDULE\tNEXT")
 	for _, j := range jobs {

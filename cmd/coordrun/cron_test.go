@@ -434,7 +434,7 @@ func TestCronNotifyReady(t *testing.T) {
 	}
 	p := procStart(t, "cron", "cron", "--servers", addr, "--jobs", file)
 	msg, _ := sock.await(t, 20*time.Second, "READY=1")
-	if !hasLine(msg, "STATUS=scheduling 1 jobs of "+file) {
+	if !hasLine(msg, "STATUS=scheduling 1 job of "+file) {
 		t.Errorf("READY message %q", msg)
 	}
 	c := cronTestClient(t, addr)

@@ -30,11 +30,15 @@ type sdNotifier struct {
 	mu       sync.Mutex
 	interval time.Duration // the watchdog's, 0 when off
 	lastPing time.Time     // the latest WATCHDOG=1
+	pingGap  time.Duration // between the latest two; long after a freeze
 	lastErr  error         // the latest failed liveness check's, nil after a pass
 }
 
 // lastWord is what the watchdog saw last, as log attributes: how long ago
-// it pinged and the liveness check's latest error.
+// it pinged, the gap before that ping, and the liveness check's latest
+// error. A process frozen (SIGSTOP, swap) and resumed by systemd's abort
+// may ping once more before the abort is handled: then the gap, not the
+// last ping's age, shows the freeze.
 func (n *sdNotifier) lastWord() []any {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -46,6 +50,9 @@ func (n *sdNotifier) lastWord() []any {
 		attrs = append(attrs, "last_ping", "never")
 	} else {
 		attrs = append(attrs, "last_ping_ago", time.Since(n.lastPing).Round(time.Millisecond))
+		if n.pingGap > 0 {
+			attrs = append(attrs, "gap_before_last_ping", n.pingGap.Round(time.Millisecond))
+		}
 	}
 	if n.lastErr != nil {
 		attrs = append(attrs, "liveness_err", n.lastErr)
@@ -138,7 +145,11 @@ func (n *sdNotifier) watchdog(ctx context.Context, m *ensemble.Member) {
 		n.mu.Lock()
 		n.lastErr = err
 		if err == nil {
-			n.lastPing = time.Now()
+			now := time.Now()
+			if !n.lastPing.IsZero() {
+				n.pingGap = now.Sub(n.lastPing)
+			}
+			n.lastPing = now
 		}
 		n.mu.Unlock()
 		if err != nil {
