@@ -2,7 +2,9 @@ package supervisor
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
+	"net"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -23,6 +25,33 @@ func dialCode(err error) int {
 		return ExitUnavailable
 	}
 	return ExitUsage
+}
+
+// speaksTLS reports whether one of servers answers a TLS handshake: it
+// sends its certificate, or refuses ours for want of a client
+// certificate (a TLS alert). A ZooKeeper port reads the ClientHello as a
+// frame far too long and closes the connection.
+func speaksTLS(ctx context.Context, servers []string) bool {
+	for _, s := range servers {
+		ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		d := tls.Dialer{Config: &tls.Config{
+			// Only whether the port speaks TLS is asked, nothing is
+			// sent over it: which certificate it shows does not matter.
+			InsecureSkipVerify: true, //nolint:gosec
+			MinVersion:         tls.VersionTLS12,
+		}}
+		c, err := d.DialContext(ctx, "tcp", s)
+		cancel()
+		var oe *net.OpError
+		switch {
+		case err == nil:
+			c.Close()
+			return true
+		case errors.As(err, &oe) && oe.Op == "remote error":
+			return true
+		}
+	}
+	return false
 }
 
 // session is a connected client with what every run on it needs: the
@@ -58,8 +87,13 @@ func dial(ctx context.Context, o ConnOptions, grace time.Duration, log *slog.Log
 	cancel()
 	if err != nil {
 		if timedOut {
-			// Not a TLS or auth refusal, which end the connect at once:
-			// no member answered.
+			// Not a certificate or auth refusal, which end the connect
+			// at once. A plaintext client at TLS ports looks like
+			// members that close every connection (as one without a
+			// leader does): ask them for a TLS handshake to tell.
+			if o.TLS == nil && speaksTLS(ctx, o.Servers) {
+				return nil, fmt.Errorf("connect to %s: %w (the members serve TLS: give tls-ca, and tls-cert and tls-key if they want client certificates)", strings.Join(o.Servers, ","), err)
+			}
 			return nil, fmt.Errorf("connect to %s: %w: %w", strings.Join(o.Servers, ","), ErrUnreachable, err)
 		}
 		return nil, fmt.Errorf("connect to %s: %w", strings.Join(o.Servers, ","), err)
