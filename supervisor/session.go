@@ -4,9 +4,9 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
-	"net"
 	"fmt"
 	"log/slog"
+	"net"
 	"strings"
 	"time"
 
