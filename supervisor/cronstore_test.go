@@ -62,3 +62,24 @@ func TestFiringRecordStates(t *testing.T) {
 		}
 	}
 }
+
+// A triggered firing's record sorts right after the scheduled firing of
+// its second, and every record name gives its second back, which pruning
+// and history read.
+func TestTriggeredNames(t *testing.T) {
+	at := time.Unix(1_796_094_000, 0)
+	sched, trig, next := firingName(at), triggeredName(at, "0000000007"), firingName(at.Add(time.Second))
+	names := []string{next, trig, sched}
+	sort.Strings(names)
+	if names[0] != sched || names[1] != trig || names[2] != next {
+		t.Errorf("sorted %v, want the scheduled record, the triggered one, then the next second's", names)
+	}
+	for _, n := range []string{sched, trig} {
+		if secs, ok := firingSecond(n); !ok || secs != at.Unix() {
+			t.Errorf("firingSecond(%q) = %d, %v; want %d", n, secs, ok, at.Unix())
+		}
+	}
+	if _, ok := firingSecond("t-0000000001"); ok {
+		t.Error("a request node's name read as a firing's second")
+	}
+}
