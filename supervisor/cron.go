@@ -446,17 +446,7 @@ func (h *cronHost) claim(ctx context.Context, j *CronJob, node string, at time.T
 // one whose delete succeeds runs its firings, in order, one at a time.
 func (h *cronHost) watchRequests(loop, ctx context.Context, j *CronJob, runs *sync.WaitGroup) {
 	p := h.paths(j)
-	for loop.Err() == nil {
-		kids, _, ev, err := h.s.c.ChildrenW(loop, p.triggers())
-		if err != nil {
-			t := time.NewTimer(time.Second)
-			select {
-			case <-loop.Done():
-			case <-t.C:
-			}
-			t.Stop()
-			continue
-		}
+	h.eachChange(loop, p.triggers(), nil, func(kids []string) {
 		slices.Sort(kids)
 		for _, k := range kids {
 			node := path.Join(p.triggers(), k)
@@ -481,6 +471,30 @@ func (h *cronHost) watchRequests(loop, ctx context.Context, j *CronJob, runs *sy
 			}
 			go func() { defer runs.Done(); h.serveRequest(ctx, j, req, seq) }()
 		}
+	})
+}
+
+// eachChange calls fn with dir's children, then again after every change
+// to them, until loop ends. A read that fails is tried again a second
+// later (a lost connection comes back, or ends the session and with it
+// the cron process); onErr, when set, hears of the failures that are not
+// a lost connection.
+func (h *cronHost) eachChange(loop context.Context, dir string, onErr func(error), fn func([]string)) {
+	for loop.Err() == nil {
+		kids, _, ev, err := h.s.c.ChildrenW(loop, dir)
+		if err != nil {
+			if onErr != nil && loop.Err() == nil && !errors.Is(err, client.ErrConnectionLoss) {
+				onErr(err)
+			}
+			t := time.NewTimer(time.Second)
+			select {
+			case <-loop.Done():
+			case <-t.C:
+			}
+			t.Stop()
+			continue
+		}
+		fn(kids)
 		select {
 		case <-loop.Done():
 		case <-ev:
@@ -585,29 +599,9 @@ func (h *cronHost) runClaimed(ctx context.Context, j *CronJob, node string, rec 
 // session ended). It looks whenever the set of hosts changes, and once at
 // start for losses no host was there to see.
 func (h *cronHost) watchLosses(loop, ctx context.Context, j *CronJob, runs *sync.WaitGroup) {
-	p := h.paths(j)
-	for loop.Err() == nil {
-		live, _, ev, err := h.s.c.ChildrenW(loop, p.hosts())
-		if err != nil {
-			if loop.Err() == nil && !errors.Is(err, client.ErrConnectionLoss) {
-				h.s.log.Warn("cannot watch the job's hosts", "job", j.Name, "err", err)
-			}
-			// A lost connection comes back or ends the session, which
-			// ends the cron process; either way, look again shortly.
-			t := time.NewTimer(time.Second)
-			select {
-			case <-loop.Done():
-			case <-t.C:
-			}
-			t.Stop()
-			continue
-		}
-		h.scanLosses(loop, ctx, j, live, runs)
-		select {
-		case <-loop.Done():
-		case <-ev:
-		}
-	}
+	h.eachChange(loop, h.paths(j).hosts(),
+		func(err error) { h.s.log.Warn("cannot watch the job's hosts", "job", j.Name, "err", err) },
+		func(live []string) { h.scanLosses(loop, ctx, j, live, runs) })
 }
 
 // scanLosses records each firing of j whose claimant is not among live
