@@ -265,7 +265,7 @@ func startCron(ctx context.Context, o CronOptions, log *slog.Logger) (*session, 
 	if err != nil {
 		return nil, nil, err
 	}
-	h := &cronHost{s: s, o: o, sigs: map[chan os.Signal]struct{}{}}
+	h := &cronHost{s: s, o: o, sigs: map[chan os.Signal]struct{}{}, counted: map[string]int{}}
 	for _, j := range o.Jobs {
 		if err := h.register(ctx, j); err != nil {
 			return s, nil, err
@@ -289,9 +289,12 @@ type cronHost struct {
 	// when a firing was lost with this host.
 	hostNode string
 
-	mu          sync.Mutex
-	sigs        map[chan os.Signal]struct{}
-	stopping    bool // a terminating signal came: start no more jobs
+	mu       sync.Mutex
+	sigs     map[chan os.Signal]struct{}
+	stopping bool // a terminating signal came: start no more jobs
+	// counted is, per job, how many firing records were left after the
+	// last prune by kind (pruneFirings).
+	counted     map[string]int
 	sessionLost atomic.Bool
 }
 
@@ -591,7 +594,16 @@ func (h *cronHost) runClaimed(ctx context.Context, j *CronJob, node string, rec 
 	h.ended(j, *rec)
 	// Every record younger than the horizon (or the catch-up window, if
 	// longer) is kept.
-	pruneFirings(ctx, h.s.c, h.paths(j), j.History, h.o.Now().Add(-max(pruneHorizon, j.CatchUp)))
+	h.mu.Lock()
+	counted, ok := h.counted[j.Name]
+	h.mu.Unlock()
+	if !ok {
+		counted = -1
+	}
+	counted = pruneFirings(ctx, h.s.c, h.paths(j), j.historyLimits(), h.o.Now().Add(-max(pruneHorizon, j.CatchUp)), counted)
+	h.mu.Lock()
+	h.counted[j.Name] = counted
+	h.mu.Unlock()
 }
 
 // watchLosses notices the firings of j lost with their host: a record

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"path"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -168,20 +169,117 @@ func jobInfo(j *CronJob) CronJobInfo {
 // the firing again, so host clocks must agree to within this.
 const pruneHorizon = time.Hour
 
-// pruneFirings deletes the oldest firing records beyond the newest keep,
-// stopping at the first scheduled at or after oldest.
-func pruneFirings(ctx context.Context, c *client.Client, p cronPaths, keep int, oldest time.Time) {
+// historyLimits say how many firing records a job keeps: total of every
+// kind, counted by name alone; and, when set (non-zero), success of runs
+// that exited 0 and failed of the firings that ended otherwise (failed,
+// lost, timed-out, replaced, unreadable). Skipped and paused firings
+// count toward the total only, and a record still claimed or running is
+// never pruned by the kind limits.
+type historyLimits struct{ total, success, failed int }
+
+func (j *CronJob) historyLimits() historyLimits {
+	return historyLimits{total: j.History, success: j.HistorySuccess, failed: j.HistoryFailed}
+}
+
+// byKind says whether the limits need the records read.
+func (l historyLimits) byKind() bool { return l.success > 0 || l.failed > 0 }
+
+// slack is how many records past the last count by kind are let in before
+// the next count reads them all again, so that the reads cost a tenth of a
+// read per firing.
+func (l historyLimits) slack() int { return max(1, (l.success+l.failed)/10) }
+
+// historyKind sorts a record for the limits by kind: "success", "failed",
+// or "" for one that counts toward the total only.
+func historyKind(r FiringRecord) string {
+	switch FiringResult(r) {
+	case "done":
+		return "success"
+	case "failed", string(FiringLost), string(FiringTimedOut), string(FiringReplaced), string(FiringUnreadable):
+		return "failed"
+	}
+	return ""
+}
+
+// storedFiring is a firing's record as read, with its node's name and
+// version.
+type storedFiring struct {
+	name    string
+	version int32
+	rec     FiringRecord
+}
+
+// expiredByKind chooses the records (given oldest first) the kind limits
+// drop: the oldest of each kind beyond its limit, among those scheduled
+// before oldest (Unix seconds); the newer ones count but stay.
+func expiredByKind(recs []storedFiring, l historyLimits, oldest int64) []storedFiring {
+	var drop []storedFiring
+	seen := map[string]int{}
+	limit := map[string]int{"success": l.success, "failed": l.failed}
+	for i := len(recs) - 1; i >= 0; i-- {
+		k := historyKind(recs[i].rec)
+		if k == "" || limit[k] == 0 {
+			continue
+		}
+		seen[k]++
+		secs, ok := firingSecond(recs[i].name)
+		if seen[k] > limit[k] && ok && secs < oldest {
+			drop = append(drop, recs[i])
+		}
+	}
+	slices.Reverse(drop)
+	return drop
+}
+
+// pruneFirings deletes the records the limits drop, of those scheduled
+// before oldest: beyond the newest l.total by name, then, by kind, once
+// more than the slack has come since counted (the count of records left
+// after the last pass by kind; -1 before the first). It returns the
+// count to pass next time.
+func pruneFirings(ctx context.Context, c *client.Client, p cronPaths, l historyLimits, oldest time.Time, counted int) int {
 	kids, _, err := c.Children(ctx, p.firings())
-	if err != nil || len(kids) <= keep {
-		return
+	if err != nil {
+		return counted
 	}
 	sort.Strings(kids)
-	for _, k := range kids[:len(kids)-keep] {
-		if secs, ok := firingSecond(k); !ok || secs >= oldest.Unix() {
-			break
+	if len(kids) > l.total {
+		n := 0
+		for _, k := range kids[:len(kids)-l.total] {
+			if secs, ok := firingSecond(k); !ok || secs >= oldest.Unix() {
+				break
+			}
+			_ = c.Delete(ctx, path.Join(p.firings(), k), -1)
+			n++
 		}
-		_ = c.Delete(ctx, path.Join(p.firings(), k), -1)
+		kids = kids[n:]
 	}
+	if !l.byKind() || (counted >= 0 && len(kids) < counted+l.slack()) || len(kids) <= min(l.success, l.failed) {
+		return counted
+	}
+	recs := make([]storedFiring, 0, len(kids))
+	for _, k := range kids {
+		b, st, err := c.Get(ctx, path.Join(p.firings(), k))
+		if errors.Is(err, wire.ErrNoNode) {
+			continue
+		}
+		if err != nil {
+			return counted
+		}
+		r := storedFiring{name: k, version: st.Version}
+		if json.Unmarshal(b, &r.rec) != nil {
+			r.rec.State = FiringUnreadable
+		}
+		recs = append(recs, r)
+	}
+	left := len(recs)
+	for _, r := range expiredByKind(recs, l, oldest.Unix()) {
+		// Conditional: a record rewritten since it was read (a retry
+		// taking it) is left for the next pass.
+		if c.Delete(ctx, path.Join(p.firings(), r.name), r.version) == nil {
+			left--
+		}
+	}
+	return left
 }
 
 // CronHistory reads a job's firing records, oldest first.

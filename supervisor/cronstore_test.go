@@ -3,6 +3,8 @@ package supervisor
 import (
 	"encoding/json"
 	"sort"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 )
@@ -81,5 +83,56 @@ func TestTriggeredNames(t *testing.T) {
 	}
 	if _, ok := firingSecond("t-0000000001"); ok {
 		t.Error("a request node's name read as a firing's second")
+	}
+}
+
+// The kind limits keep the newest of each kind, count the records younger
+// than the horizon without dropping them, and never count or drop what is
+// neither (skipped, paused, still running).
+func TestExpiredByKind(t *testing.T) {
+	zero, one := 0, 1
+	rec := func(secs int64, st FiringState, exit *int) storedFiring {
+		return storedFiring{name: firingName(time.Unix(secs, 0)), rec: FiringRecord{State: st, ExitCode: exit}}
+	}
+	// Oldest first: 10 s apart; the horizon at 100 keeps 100 and later.
+	recs := []storedFiring{
+		rec(10, FiringDone, &zero),    // success, 4th newest: dropped
+		rec(20, FiringDone, &one),     // failed, 3rd newest: dropped
+		rec(30, FiringRunning, nil),   // running: kept whatever its age
+		rec(40, FiringSkipped, nil),   // counts toward the total only
+		rec(50, FiringLost, nil),      // failed, 2nd newest: dropped
+		rec(60, FiringDone, &zero),    // success, 3rd newest: dropped
+		rec(70, FiringDone, &zero),    // success, 2nd newest: kept
+		rec(80, FiringPaused, nil),    // total only
+		rec(90, FiringTimedOut, nil),  // failed, newest: kept
+		rec(100, FiringDone, &zero),   // success, newest: kept
+		rec(110, FiringReplaced, nil), // failed but young: kept, and counts
+	}
+	names := func(fs []storedFiring) []string {
+		var out []string
+		for _, f := range fs {
+			secs, _ := firingSecond(f.name)
+			out = append(out, strconv.FormatInt(secs, 10))
+		}
+		return out
+	}
+	for _, c := range []struct {
+		l    historyLimits
+		want string
+	}{
+		{historyLimits{success: 2, failed: 2}, "10 20 50 60"},
+		{historyLimits{success: 2}, "10 60"},
+		{historyLimits{failed: 1}, "20 50 90"},
+		{historyLimits{success: 100, failed: 100}, ""},
+	} {
+		if got := strings.Join(names(expiredByKind(recs, c.l, 100)), " "); got != c.want {
+			t.Errorf("limits %+v drop %q, want %q", c.l, got, c.want)
+		}
+	}
+	if s := (historyLimits{success: 3, failed: 1}).slack(); s != 1 {
+		t.Errorf("slack of 4 kept records: %d, want 1", s)
+	}
+	if s := (historyLimits{success: 100, failed: 50}).slack(); s != 15 {
+		t.Errorf("slack of 150 kept records: %d, want 15", s)
 	}
 }

@@ -32,6 +32,10 @@ type CronJob struct {
 	Overlap string        // OverlapSkip (default), OverlapQueue or OverlapReplace
 	CatchUp time.Duration // run the latest missed firing if younger than this; 0: never
 	History int           // firing records kept; default 100
+	// HistorySuccess and HistoryFailed, when set, also limit the records
+	// kept of runs that exited 0 and of firings that ended otherwise
+	// (failed, lost, timed-out, replaced); see historyLimits.
+	HistorySuccess, HistoryFailed int
 	// RetryLost is how many times a firing lost with its host (its
 	// claimant's session ended while the job ran or waited) is run
 	// again, on another host; 0: recorded lost, not run again.
@@ -160,6 +164,9 @@ func (j *CronJob) Validate() error {
 	}
 	if j.History < 1 {
 		return fmt.Errorf("job %s: history must keep at least 1 firing", j.Name)
+	}
+	if j.HistorySuccess < 0 || j.HistoryFailed < 0 {
+		return fmt.Errorf("job %s: negative history-success or history-failed", j.Name)
 	}
 	return nil
 }

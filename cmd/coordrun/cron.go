@@ -12,6 +12,7 @@ import (
 	"os/signal"
 	"os/user"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -89,6 +90,8 @@ func newCronCommand() *cobra.Command {
 	f.String("overlap", supervisor.OverlapSkip, "when the previous run is still going: skip, queue, or replace (stop it, then start)")
 	f.Duration("catch-up", 0, "at start, run the latest missed firing if it is younger than this (0: never)")
 	f.Int("history", 100, "firing records kept per job")
+	f.Int("history-success", 0, "also keep at most this many records of runs that exited 0 (0: no separate limit)")
+	f.Int("history-failed", 0, "also keep at most this many records of firings that failed, were lost, timed out or were replaced (0: no separate limit)")
 	f.Int("retry-lost", 0, "times a firing lost with its host is run again on another host")
 	f.Int("retry-failed", 0, "times a run that exited non-zero is run again, on whichever host takes the retry")
 	f.Duration("retry-backoff", 10*time.Second, "how long after a failed run its retry starts")
@@ -131,6 +134,9 @@ func runCron(cmd *cobra.Command, args []string) error {
 			Overlap: v.GetString("overlap"),
 			CatchUp: v.GetDuration("catch-up"),
 			History: v.GetInt("history"),
+
+			HistorySuccess: v.GetInt("history-success"),
+			HistoryFailed:  v.GetInt("history-failed"),
 
 			RetryLost:    v.GetInt("retry-lost"),
 			RetryFailed:  v.GetInt("retry-failed"),
@@ -265,6 +271,8 @@ type jobSpec struct {
 	Overlap      string    `yaml:"overlap"`
 	CatchUp      string    `yaml:"catch-up"`
 	History      int       `yaml:"history"`
+	HistorySucc  int       `yaml:"history-success"`
+	HistoryFail  int       `yaml:"history-failed"`
 	RetryLost    int       `yaml:"retry-lost"`
 	RetryFailed  int       `yaml:"retry-failed"`
 	RetryBackoff string    `yaml:"retry-backoff"`
@@ -320,6 +328,7 @@ func loadJobsFile(file string) ([]*supervisor.CronJob, error) {
 		}
 		seen[s.Name] = n.Line
 		j := &supervisor.CronJob{Name: s.Name, Spec: s.Schedule, TZ: s.TZ, Overlap: s.Overlap, History: s.History, RetryLost: s.RetryLost,
+			HistorySuccess: s.HistorySucc, HistoryFailed: s.HistoryFail,
 			OutputBytes: 64 << 10}
 		if s.OutputBytes != nil {
 			j.OutputBytes = *s.OutputBytes
@@ -390,7 +399,10 @@ func checkJobKeys(n *yaml.Node) error {
 	if n.Kind != yaml.MappingNode {
 		return fmt.Errorf("%d: a job must be a mapping", n.Line)
 	}
-	known := map[string]bool{"name": true, "schedule": true, "command": true, "tz": true, "overlap": true, "catch-up": true, "history": true, "retry-lost": true, "max-runtime": true, "jitter": true, "output-bytes": true, "retry-failed": true, "retry-backoff": true, "on-success": true, "on-failure": true}
+	known := map[string]bool{}
+	for f := range reflect.TypeFor[jobSpec]().Fields() {
+		known[f.Tag.Get("yaml")] = true
+	}
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		if k := n.Content[i]; !known[k.Value] {
 			return fmt.Errorf("%d: unknown job key %q", k.Line, k.Value)

@@ -99,6 +99,7 @@ func TestCronBadInput(t *testing.T) {
 		{"negative catch-up", []string{"--schedule", "@every 1s", "--catch-up", "-1s", "--", "true"}, []string{"negative catch-up"}},
 		{"bad catch-up", []string{"--schedule", "@every 1s", "--catch-up", "soon", "--", "true"}, []string{"--catch-up"}},
 		{"negative history", []string{"--schedule", "@every 1s", "--history", "-1", "--", "true"}, []string{"history"}},
+		{"negative history-failed", []string{"--schedule", "@every 1s", "--history-failed", "-2", "--", "true"}, []string{"history-failed"}},
 		{"negative retry-lost", []string{"--schedule", "@every 1s", "--retry-lost", "-1", "--", "true"}, []string{"negative retry-lost"}},
 		{"negative max-runtime", []string{"--schedule", "@every 1s", "--max-runtime", "-1s", "--", "true"}, []string{"negative max-runtime"}},
 		{"bad max-runtime", []string{"--schedule", "@every 1s", "--max-runtime", "long", "--", "true"}, []string{"--max-runtime"}},
