@@ -651,6 +651,15 @@ func (h *cronHost) scanLosses(loop, ctx context.Context, j *CronJob, live []stri
 		next := rec
 		next.Earlier = append(slices.Clone(rec.Earlier), lost)
 		retry := attempt <= j.RetryLost && !rec.Scheduled.Before(retryFrom)
+		h.mu.Lock()
+		stopping := h.stopping
+		h.mu.Unlock()
+		if retry && stopping {
+			// Left to a host that will run it: this one starts no job,
+			// and would record the retry lost at once. With no host
+			// left, the next to start finds it.
+			continue
+		}
 		if retry {
 			hi := holderInfo(j.Argv, h.s.c.SessionTimeout(), h.o.KillGrace+h.s.margin)
 			next.State, next.Reason = FiringClaimed, fmt.Sprintf("run again after attempt %d was lost", attempt)
