@@ -398,6 +398,13 @@ func (inc *chaosIncarnation) cut() {
 	}
 }
 
+// heal ends cut.
+func (inc *chaosIncarnation) heal() {
+	for _, p := range inc.proxies {
+		p.Drop(false)
+	}
+}
+
 // chaosExit is how an incarnation ended, and what the test had done to it.
 type chaosExit struct {
 	label string
@@ -429,7 +436,13 @@ func (w *chaosWorld) hostLoop(k int, rng *rand.Rand) {
 			job = append(job, "-stubborn")
 		}
 		w.mu.Lock()
-		inc.sup = w.r.superviseVia(strings.Join(via, ","), label, nil, []string{chaosHostVar + "=" + label}, job...)
+		launch := w.launch
+		if launch == nil {
+			launch = func(servers, label string, env, job []string) *proc {
+				return w.r.superviseVia(servers, label, nil, env, job...)
+			}
+		}
+		inc.sup = launch(strings.Join(via, ","), label, []string{chaosHostVar + "=" + label}, job)
 		w.live[label] = inc
 		w.mu.Unlock()
 

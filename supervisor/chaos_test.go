@@ -77,37 +77,9 @@ var (
 const chaosHosts = 4
 
 func TestChaosSingleton(t *testing.T) {
-	seed := time.Now().UnixNano()
-	if s := os.Getenv("COORDRUN_CHAOS_SEED"); s != "" {
-		n, err := strconv.ParseInt(s, 10, 64)
-		if err != nil {
-			t.Fatalf("COORDRUN_CHAOS_SEED=%q: %v", s, err)
-		}
-		seed = n
-	}
-	var duration time.Duration // 0: one fault of each kind
-	if s := os.Getenv("COORDRUN_CHAOS_DURATION"); s != "" {
-		d, err := time.ParseDuration(s)
-		if err != nil {
-			t.Fatalf("COORDRUN_CHAOS_DURATION=%q: %v", s, err)
-		}
-		duration = d
-	}
-	t.Logf("chaos seed %d (COORDRUN_CHAOS_SEED=%d repeats this schedule)", seed, seed)
-
-	// The records outlive a failed test; t.TempDir would not.
-	dir, err := os.MkdirTemp("", "coordrun-chaos-")
-	if err != nil {
-		t.Fatal(err)
-	}
+	seed, duration := chaosParams(t)
 	var slow atomic.Bool // a slow handoff is no violation, but worth a look
-	t.Cleanup(func() {
-		if t.Failed() || slow.Load() || os.Getenv("COORDRUN_CHAOS_KEEP") != "" {
-			t.Logf("chaos records kept in %s (seed %d)", dir, seed)
-		} else {
-			os.RemoveAll(dir)
-		}
-	})
+	dir := chaosRecordsDir(t, seed, &slow)
 	r := newRig(t, &backend{name: "coordrun server processes"})
 	members := startServerProcesses(t, dir)
 	w := newChaosWorld(t, r, members, dir, seed)
@@ -171,6 +143,49 @@ func TestChaosSingleton(t *testing.T) {
 	}
 }
 
+// chaosParams reads the seed and duration of a chaos run from the
+// environment: COORDRUN_CHAOS_SEED (default: the clock),
+// COORDRUN_CHAOS_DURATION (default 0: one fault of each kind).
+func chaosParams(t *testing.T) (seed int64, duration time.Duration) {
+	t.Helper()
+	seed = time.Now().UnixNano()
+	if s := os.Getenv("COORDRUN_CHAOS_SEED"); s != "" {
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			t.Fatalf("COORDRUN_CHAOS_SEED=%q: %v", s, err)
+		}
+		seed = n
+	}
+	if s := os.Getenv("COORDRUN_CHAOS_DURATION"); s != "" {
+		d, err := time.ParseDuration(s)
+		if err != nil {
+			t.Fatalf("COORDRUN_CHAOS_DURATION=%q: %v", s, err)
+		}
+		duration = d
+	}
+	t.Logf("chaos seed %d (COORDRUN_CHAOS_SEED=%d repeats this schedule)", seed, seed)
+	return seed, duration
+}
+
+// chaosRecordsDir makes the directory of a chaos run's records, which
+// outlive a failed test (t.TempDir would not): kept when the test failed,
+// slow was set, or COORDRUN_CHAOS_KEEP is set.
+func chaosRecordsDir(t *testing.T, seed int64, slow *atomic.Bool) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "coordrun-chaos-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() || slow.Load() || os.Getenv("COORDRUN_CHAOS_KEEP") != "" {
+			t.Logf("chaos records kept in %s (seed %d)", dir, seed)
+		} else {
+			os.RemoveAll(dir)
+		}
+	})
+	return dir
+}
+
 // chaosWorld is one chaos run: the ensemble, the supervisor hosts and
 // what the schedule did to them.
 type chaosWorld struct {
@@ -182,6 +197,17 @@ type chaosWorld struct {
 	rng     *rand.Rand     // the schedule's; used by the test goroutine only
 	faultWG sync.WaitGroup // member faults in progress
 	hostSet
+	// launch starts a host's process: the supervisor of job through
+	// servers, with env added; nil: `coordrun run` (rig.superviseVia).
+	// Whatever it starts must run job (its watchdog and job carrying
+	// env) and exit as `coordrun run` does on the faults aimed at it.
+	launch func(servers, label string, env, job []string) *proc
+	// cutHeals: a supervisor cut off from every member (sup-cut) is let
+	// through again once its successor started. `coordrun run` exits
+	// 76 while cut off, once its lease ran out; `coordrun cron` stays up,
+	// retrying, and learns that its session ended (76) only when it
+	// reaches a member again.
+	cutHeals bool
 
 	// Under hostSet.mu.
 	live     map[string]*chaosIncarnation // by label
@@ -496,6 +522,10 @@ func (w *chaosWorld) holderFault(kind string) {
 		jobDead(sessionTimeout + 5*time.Second)
 		succ := w.successor(kind, target, faulted)
 		w.logf("%s: %s took over with token %d", kind, succ.host, succ.token)
+		if w.cutHeals {
+			inc.heal()
+			w.logf("%s: %s reaches the members again", kind, target.host)
+		}
 		w.awaitExit(kind, inc, 20*time.Second, supervisor.ExitSessionLost)
 
 	case faultHolderFreeze:

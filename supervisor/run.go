@@ -180,11 +180,11 @@ func waitForLock(ctx context.Context, o Options, e *recipe.Entry, sigs *signalPu
 	return ExitUsage, err
 }
 
-// lockEnv is what a job's environment gets once it holds the lock: the
-// lock's identity and its fencing token, then extra.
 // errTimedOut: the job ran past its time limit and was stopped.
 var errTimedOut = errors.New("run time limit reached; job stopped")
 
+// lockEnv is what a job's environment gets once it holds the lock: the
+// lock's identity and its fencing token, then extra.
 func lockEnv(lock string, e *recipe.Entry, extra ...string) []string {
 	env := []string{
 		fencing.EnvToken + "=" + strconv.FormatInt(e.Token(), 10),

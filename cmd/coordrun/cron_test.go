@@ -22,6 +22,8 @@ import (
 
 	"github.com/coordrun/coordrun/ensemble"
 	"github.com/coordrun/coordrun/ensemble/client"
+	"github.com/coordrun/coordrun/ensemble/wire"
+	"github.com/coordrun/coordrun/ensemble/zk"
 	"github.com/coordrun/coordrun/internal/testkit"
 	"github.com/coordrun/coordrun/internal/testkit/ensembletest"
 	"github.com/coordrun/coordrun/supervisor"
@@ -458,5 +460,46 @@ func TestCronNotifyReady(t *testing.T) {
 	}
 	if msg, ok := sock.next(t, time.Now().Add(100*time.Millisecond)); ok && hasLine(msg, "READY=1") {
 		t.Errorf("READY=1 with a bad jobs file: %q", msg)
+	}
+}
+
+// A job whose nodes only its owner may touch: pause, trigger and history
+// without credentials are refused with a hint at --auth, and with them
+// they work; bad credentials syntax is a usage error.
+func TestCronControlAuth(t *testing.T) {
+	addr := ensembletest.Start(t, 1).ClientAddr(0)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	owner, err := client.Connect(ctx, client.Config{Servers: []string{addr}, SessionTimeout: 10 * time.Second,
+		Auth: []client.Auth{{Scheme: "digest", Secret: []byte("alice:pw")}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer owner.Close()
+	acl := []wire.ACL{{Perms: wire.PermAll, ID: wire.ID{Scheme: "digest", ID: zk.DigestID("alice:pw")}}}
+	for _, p := range []string{"/owned", "/owned/job", "/owned/job/firings", "/owned/job/triggers"} {
+		if _, err := owner.Create(ctx, p, nil, 0, acl); err != nil {
+			t.Fatal(err)
+		}
+	}
+	common := []string{"--servers", addr, "--root", "/owned"}
+	for _, args := range [][]string{{"cron", "pause", "job"}, {"cron", "trigger", "job"}, {"cron", "history", "job"}} {
+		_, stderr, code, _ := cronTestExec(t, 20*time.Second, append(args, common...)...)
+		if code == 0 || !strings.Contains(stderr, "--auth") {
+			t.Errorf("%v without credentials: exit %d, stderr %q; want a refusal naming --auth", args, code, stderr)
+		}
+		stdout, stderr, code, _ := cronTestExec(t, 20*time.Second, append(append(args, common...), "--auth", "alice:pw")...)
+		if code != 0 {
+			t.Errorf("%v --auth alice:pw: exit %d\n%s%s", args, code, stdout, stderr)
+		}
+	}
+	if _, _, err := owner.Get(ctx, "/owned/job/paused"); err != nil {
+		t.Errorf("the paused node after cron pause --auth: %v", err)
+	}
+	if kids, _, err := owner.Children(ctx, "/owned/job/triggers"); err != nil || len(kids) != 1 {
+		t.Errorf("triggers after cron trigger --auth: %v, %v; want one request", kids, err)
+	}
+	if _, stderr, code, _ := cronTestExec(t, 20*time.Second, append([]string{"cron", "resume", "job", "--auth", "alice"}, common...)...); code != 64 || !strings.Contains(stderr, "user:password") {
+		t.Errorf("--auth without a password: exit %d, %q; want 64 and the form wanted", code, stderr)
 	}
 }

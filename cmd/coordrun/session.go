@@ -95,12 +95,9 @@ func sessionOptions(cmd *cobra.Command, v *viper.Viper) (sessionConfig, error) {
 	if err != nil {
 		return sessionConfig{}, err
 	}
-	var auth []client.Auth
-	for _, a := range v.GetStringSlice("auth") {
-		if !strings.Contains(a, ":") {
-			return sessionConfig{}, usageError{fmt.Errorf("--auth %q: want user:password", a)}
-		}
-		auth = append(auth, client.Auth{Scheme: "digest", Secret: []byte(a)})
+	auth, err := authFlag(v)
+	if err != nil {
+		return sessionConfig{}, err
 	}
 	servers, tlsCfg, err := serverFlags(v)
 	if err != nil {
@@ -136,6 +133,18 @@ func sessionOptions(cmd *cobra.Command, v *viper.Viper) (sessionConfig, error) {
 	}, nil
 }
 
+// authFlag reads --auth: digest credentials, user:password each.
+func authFlag(v *viper.Viper) ([]client.Auth, error) {
+	var auth []client.Auth
+	for _, a := range v.GetStringSlice("auth") {
+		if !strings.Contains(a, ":") {
+			return nil, usageError{fmt.Errorf("--auth %q: want user:password", a)}
+		}
+		auth = append(auth, client.Auth{Scheme: "digest", Secret: []byte(a)})
+	}
+	return auth, nil
+}
+
 // addInspectFlags adds the flags of a command that opens a short session
 // to read what is under --root (default root, described by rootUsage).
 func addInspectFlags(cmd *cobra.Command, root, rootUsage string) {
@@ -144,6 +153,7 @@ func addInspectFlags(cmd *cobra.Command, root, rootUsage string) {
 	f.String("root", root, rootUsage)
 	f.Bool("json", false, "print JSON")
 	f.Duration("timeout", 10*time.Second, "give up after this long")
+	f.StringSlice("auth", nil, "digest credentials user:password (repeatable), for nodes whose ACL wants them")
 	addClientTLSFlags(f)
 }
 
@@ -168,8 +178,12 @@ func connectCommand(cmd *cobra.Command) (*clientSession, error) {
 	if err != nil {
 		return nil, err
 	}
+	auth, err := authFlag(v)
+	if err != nil {
+		return nil, err
+	}
 	ctx, cancel := context.WithTimeout(cmd.Context(), v.GetDuration("timeout"))
-	c, err := client.Connect(ctx, client.Config{Servers: servers, SessionTimeout: 10 * time.Second, TLS: tlsCfg})
+	c, err := client.Connect(ctx, client.Config{Servers: servers, SessionTimeout: 10 * time.Second, TLS: tlsCfg, Auth: auth})
 	if err != nil {
 		cancel()
 		return nil, usageError{fmt.Errorf("connect to %s: %w", v.GetString("servers"), err)}
@@ -191,7 +205,11 @@ func withClient(run func(cmd *cobra.Command, args []string, s *clientSession) er
 			return err
 		}
 		defer s.close()
-		return run(cmd, args, s)
+		err = run(cmd, args, s)
+		if errors.Is(err, wire.ErrNoAuth) && len(s.v.GetStringSlice("auth")) == 0 {
+			return fmt.Errorf("%w (the node's ACL wants credentials: give --auth user:password)", err)
+		}
+		return err
 	}
 }
 
