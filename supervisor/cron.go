@@ -265,7 +265,7 @@ func startCron(ctx context.Context, o CronOptions, log *slog.Logger) (*session, 
 	if err != nil {
 		return nil, nil, err
 	}
-	h := &cronHost{s: s, o: o, sigs: map[chan os.Signal]struct{}{}, counted: map[string]int{}}
+	h := &cronHost{s: s, o: o, sigs: map[chan os.Signal]struct{}{}, counted: map[string]int{}, dueLater: map[string]bool{}}
 	for _, j := range o.Jobs {
 		if err := h.register(ctx, j); err != nil {
 			return s, nil, err
@@ -294,7 +294,9 @@ type cronHost struct {
 	stopping bool // a terminating signal came: start no more jobs
 	// counted is, per job, how many firing records were left after the
 	// last prune by kind (pruneFirings).
-	counted     map[string]int
+	counted map[string]int
+	// dueLater holds the retry requests this host waits to take.
+	dueLater    map[string]bool
 	sessionLost atomic.Bool
 }
 
@@ -444,37 +446,71 @@ func (h *cronHost) claim(ctx context.Context, j *CronJob, node string, at time.T
 	return rec, true
 }
 
-// watchRequests takes the job's requests (trigger, backfill) as they
-// come. Deleting a request is the claim: of the hosts that see it, the
-// one whose delete succeeds runs its firings, in order, one at a time.
+// watchRequests takes the job's requests (trigger, backfill, retry) as
+// they come. Deleting a request is the claim: of the hosts that see it,
+// the one whose delete succeeds runs its firings, in order, one at a
+// time. A retry is left in place until it is due, so that a host that
+// dies during the backoff takes no retry with it.
 func (h *cronHost) watchRequests(loop, ctx context.Context, j *CronJob, runs *sync.WaitGroup) {
 	p := h.paths(j)
 	h.eachChange(loop, p.triggers(), nil, func(kids []string) {
 		slices.Sort(kids)
 		for _, k := range kids {
-			node := path.Join(p.triggers(), k)
-			b, st, err := h.s.c.Get(loop, node)
-			if err != nil {
-				continue
-			}
-			var req CronRequest
-			bad := json.Unmarshal(b, &req) != nil
-			if h.s.c.Delete(loop, node, st.Version) != nil {
-				continue // another host took it
-			}
-			if bad {
-				h.s.log.Warn("unreadable cron request dropped", "job", j.Name, "node", node)
-				continue
-			}
-			seq := strings.TrimPrefix(k, "t-")
-			runs.Add(1)
-			if req.Kind == "retry" {
-				go func() { defer runs.Done(); h.serveRetry(ctx, j, req) }()
-				continue
-			}
-			go func() { defer runs.Done(); h.serveRequest(ctx, j, req, seq) }()
+			h.takeRequest(loop, ctx, j, k, runs)
 		}
 	})
+}
+
+// takeRequest tries to take the request named k under the job's
+// triggers/ and serves it; a retry not yet due is tried again when it is.
+func (h *cronHost) takeRequest(loop, ctx context.Context, j *CronJob, k string, runs *sync.WaitGroup) {
+	node := path.Join(h.paths(j).triggers(), k)
+	b, st, err := h.s.c.Get(loop, node)
+	if err != nil {
+		return
+	}
+	var req CronRequest
+	bad := json.Unmarshal(b, &req) != nil
+	if due := time.Until(req.NotBefore); !bad && req.Kind == "retry" && due > 0 {
+		h.mu.Lock()
+		waiting := h.dueLater[node]
+		h.dueLater[node] = true
+		h.mu.Unlock()
+		if waiting {
+			return
+		}
+		runs.Add(1)
+		go func() {
+			defer runs.Done()
+			t := time.NewTimer(due)
+			defer t.Stop()
+			select {
+			case <-loop.Done():
+			case <-t.C:
+			}
+			h.mu.Lock()
+			delete(h.dueLater, node)
+			h.mu.Unlock()
+			if loop.Err() == nil {
+				h.takeRequest(loop, ctx, j, k, runs)
+			}
+		}()
+		return
+	}
+	if h.s.c.Delete(loop, node, st.Version) != nil {
+		return // another host took it
+	}
+	if bad {
+		h.s.log.Warn("unreadable cron request dropped", "job", j.Name, "node", node)
+		return
+	}
+	seq := strings.TrimPrefix(k, "t-")
+	runs.Add(1)
+	if req.Kind == "retry" {
+		go func() { defer runs.Done(); h.serveRetry(ctx, j, req) }()
+		return
+	}
+	go func() { defer runs.Done(); h.serveRequest(ctx, j, req, seq) }()
 }
 
 // eachChange calls fn with dir's children, then again after every change
@@ -863,8 +899,12 @@ func (h *cronHost) runFiring(ctx context.Context, j *CronJob, node string, rec *
 		rec.State, rec.Reason = FiringTimedOut, err.Error()
 	}
 	log.Info("finished", "job", j.Name, "scheduled", rec.Scheduled.Format(time.RFC3339), "exit", code, "duration", rec.End.Sub(rec.Start))
-	if h.record(wctx, node, rec, &claimVersion) >= 0 && FiringResult(*rec) == "failed" && max(rec.Attempt, 1) <= j.RetryFailed {
+	if FiringResult(*rec) == "failed" && max(rec.Attempt, 1) <= j.RetryFailed {
 		// Any host may take the retry: it is a request like a trigger.
+		// Asked for before the record says failed, so that no host that
+		// reads the failure can find the retry missing; should the
+		// record not be written, the request finds it unchanged and
+		// does nothing.
 		req := CronRequest{Kind: "retry", Times: []time.Time{rec.Scheduled}, By: h.hostNode, Firing: path.Base(node),
 			Attempt: max(rec.Attempt, 1), NotBefore: time.Now().Add(j.RetryBackoff).UTC()}
 		if _, err := RequestCron(wctx, h.s.c, h.o.Root, j.Name, req); err != nil {
@@ -873,6 +913,7 @@ func (h *cronHost) runFiring(ctx context.Context, j *CronJob, node string, rec *
 			log.Info("failed run to be run again", "job", j.Name, "scheduled", rec.Scheduled.Format(time.RFC3339), "attempt", req.Attempt+1, "after", j.RetryBackoff)
 		}
 	}
+	h.record(wctx, node, rec, &claimVersion)
 }
 
 // serveRetry runs a failed firing again once its backoff has passed, if
@@ -889,12 +930,27 @@ func (h *cronHost) serveRetry(ctx context.Context, j *CronJob, req CronRequest) 
 		}
 	}
 	node := path.Join(h.paths(j).firings(), req.Firing)
-	b, st, err := h.s.c.Get(ctx, node)
-	if err != nil {
-		return
-	}
 	var rec FiringRecord
-	if json.Unmarshal(b, &rec) != nil || FiringResult(rec) != "failed" || max(rec.Attempt, 1) != req.Attempt {
+	var st wire.Stat
+	for {
+		b, s, ev, err := h.s.c.GetW(ctx, node)
+		if err != nil || json.Unmarshal(b, &rec) != nil {
+			return
+		}
+		st = s
+		// The request is made just before the failure is recorded: with
+		// a short backoff, wait for the requester's record write (if it
+		// dies first, the record is lost instead, and this ends).
+		if max(rec.Attempt, 1) != req.Attempt || rec.HostNode != req.By || (rec.State != FiringClaimed && rec.State != FiringRunning) {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-ev:
+		}
+	}
+	if FiringResult(rec) != "failed" || max(rec.Attempt, 1) != req.Attempt {
 		return
 	}
 	hi := holderInfo(j.Argv, h.s.c.SessionTimeout(), h.o.KillGrace+h.s.margin)

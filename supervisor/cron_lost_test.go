@@ -1,8 +1,10 @@
 package supervisor_test
 
 import (
+	"context"
 	"fmt"
 	"os"
+	"path"
 	"strings"
 	"syscall"
 	"testing"
@@ -430,5 +432,73 @@ func TestCronHooks(t *testing.T) {
 	}
 	if n := lines["failure bad "+failed.Scheduled.Format(time.RFC3339)+" failed 1"]; n != 0 {
 		t.Errorf("firing %s of bad: a failure hook after attempt 1, which was retried", cronFmt(failed.Scheduled))
+	}
+}
+
+// A retry of a failed run waits under triggers/ until its backoff has
+// passed, taken by no host before: the host that ran the failed attempt
+// kill -9'd during the backoff, another host still runs the retry.
+func TestCronRetryOutlivesHost(t *testing.T) {
+	b := cronEnsemble(t)
+	r := newRig(t, b)
+	obs := cronObserver(t, b)
+	const root, job, backoff = "/cron-retry-host", "flaky", 4 * time.Second
+	runs := r.path("runs.log")
+	script := fmt.Sprintf(`echo "start $COORDRUN_SCHEDULED_TIME $(date +%%s%%N) $CRON_HOST $COORDRUN_FENCING_TOKEN $COORDRUN_ATTEMPT" >> %s; [ "$COORDRUN_ATTEMPT" -ge 2 ] || exit 3`, runs)
+	procs := cronStartProcs(r, 3, "r", root, job, "@every 1h", []string{"--retry-failed", "1", "--retry-backoff", backoff.String()}, []string{"/bin/sh", "-c", script})
+	cronAwaitHosts(t, obs, root, job, 3)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := supervisor.RequestCron(ctx, obs, root, job, supervisor.CronRequest{Kind: "trigger", Times: []time.Time{time.Now().UTC().Truncate(time.Second)}, By: "test"}); err != nil {
+		t.Fatal(err)
+	}
+	var failed supervisor.FiringRecord
+	testkit.WaitFor(t, 20*time.Second, "the triggered firing's first attempt to fail", func() bool {
+		for _, x := range cronHistory(t, obs, root, job) {
+			if supervisor.FiringResult(x) == "failed" && x.Attempt == 1 {
+				failed = x
+				return true
+			}
+		}
+		return false
+	})
+	pending := cronChildren(t, obs, path.Join(root, job, "triggers"))
+	if left := time.Until(failed.End.Add(backoff)); left > 0 && len(pending) != 1 {
+		t.Errorf("%v before the retry is due, triggers/ holds %v; want the retry request, taken by no host yet", ms(left), pending)
+	}
+	var ranOn string
+	for _, l := range cronReadLog(t, runs) {
+		ranOn = l.host
+	}
+	var victim *proc
+	for _, p := range procs {
+		if p.Name == ranOn {
+			victim = p
+		}
+	}
+	if victim == nil {
+		t.Fatalf("attempt 1 ran on %q, none of the hosts", ranOn)
+	}
+	victim.Kill()
+	var done supervisor.FiringRecord
+	testkit.WaitFor(t, backoff+20*time.Second, "the retry to succeed on another host", func() bool {
+		for _, x := range cronHistory(t, obs, root, job) {
+			if x.Scheduled.Equal(failed.Scheduled) && supervisor.FiringResult(x) == "done" {
+				done = x
+				return true
+			}
+		}
+		return false
+	})
+	var survivors []*proc
+	for _, p := range procs {
+		if p != victim {
+			survivors = append(survivors, p)
+		}
+	}
+	cronStopProcs(t, survivors)
+	lines := cronReadLog(t, runs)
+	if len(lines) != 2 || lines[1].host == ranOn || done.Attempt != 2 || lines[1].token <= lines[0].token {
+		t.Errorf("runs %+v, record attempt %d: want attempt 2 on a host other than %s, with a higher token", lines, done.Attempt, ranOn)
 	}
 }
