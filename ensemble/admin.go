@@ -12,14 +12,18 @@ import (
 	"strings"
 	"time"
 
+	"github.com/coordrun/coordrun/ensemble/statuspage"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
 // adminServer is the member's HTTP listener for operators: Prometheus
-// metrics and health probes. It is off unless Config.AdminAddr is set. It
-// serves nothing that changes the member or reveals znode data. With
-// Config.Pprof it also serves Go's profiles under /debug/pprof/ (stacks and
-// timings, no znode data), off by default since a CPU profile costs CPU.
+// metrics and health probes, and the status page with its JSON API
+// (statuspage) at / and /api/. It is off unless Config.AdminAddr is set.
+// It serves nothing that changes the member. The status page shows znode
+// data as a client without credentials may read it, and only to the
+// clients adminAllowed accepts. With Config.Pprof it also serves Go's
+// profiles under /debug/pprof/ (stacks and timings, no znode data), off
+// by default since a CPU profile costs CPU.
 type adminServer struct {
 	srv *http.Server
 	ln  net.Listener
@@ -54,6 +58,14 @@ func (m *Member) startAdmin() error {
 		mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
 		mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
 	}
+	page := statuspage.New(pageSource{m}, statuspage.Options{
+		LockRoot: m.cfg.StatusLockRoot,
+		CronRoot: m.cfg.StatusCronRoot,
+		Allowed:  m.pageAllowed,
+		Log:      m.log,
+	})
+	mux.Handle("/", page.Handler())
+	m.tr.Go(func() { page.Run(m.ctx) })
 	a := &adminServer{
 		ln: ln,
 		srv: &http.Server{

@@ -9,6 +9,8 @@ import (
 	"net/netip"
 	"strings"
 	"time"
+
+	"github.com/coordrun/coordrun/ensemble/statuspage"
 )
 
 // Peer is one initial member of the ensemble: its raft server id and the
@@ -105,6 +107,12 @@ type Config struct {
 	AdminAddr string
 	// Pprof serves Go's runtime profiles on the admin listener.
 	Pprof bool
+	// StatusLockRoot and StatusCronRoot are the znode folders whose locks
+	// and cron jobs the status page on the admin listener shows: default
+	// those of coordrun run and coordrun cron, /coordrun/locks and
+	// /coordrun/cron.
+	StatusLockRoot string
+	StatusCronRoot string
 
 	// Listeners already bound for the peer and client ports; when set they
 	// are used instead of PeerAddr and ClientAddr (tests bind port 0 first
@@ -200,6 +208,17 @@ func (c *Config) setDefaults() error {
 	}
 	if len(c.Peers) > 0 && c.advertised() == "" {
 		return configError("Peers", "member id %q is not in the peer list", c.ID)
+	}
+	if c.StatusLockRoot == "" {
+		c.StatusLockRoot = statuspage.DefaultLockRoot
+	}
+	if c.StatusCronRoot == "" {
+		c.StatusCronRoot = statuspage.DefaultCronRoot
+	}
+	for field, root := range map[string]string{"StatusLockRoot": c.StatusLockRoot, "StatusCronRoot": c.StatusCronRoot} {
+		if !strings.HasPrefix(root, "/") || (len(root) > 1 && strings.HasSuffix(root, "/")) {
+			return configError(field, "status page root %q must be an absolute znode path", root)
+		}
 	}
 	if c.Pprof && c.AdminAddr == "" {
 		return configError("Pprof", "profiles are served on the admin listener: pprof needs an admin address")

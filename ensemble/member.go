@@ -61,6 +61,7 @@ type Member struct {
 	stats   *requestStats
 	metrics *metrics
 	admin   *adminServer // nil unless Config.AdminAddr is set
+	started time.Time    // when Start began, for the uptime in the status
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -93,6 +94,7 @@ func Start(cfg Config) (*Member, error) {
 		clients: newClientSet(),
 		stats:   newRequestStats(),
 		ready:   make(chan struct{}),
+		started: time.Now().UTC().Truncate(time.Millisecond),
 
 		handshakes: make(chan struct{}, maxHandshakes),
 	}

@@ -30,7 +30,12 @@ func (m *Member) adminAllowed(remote net.Addr) bool {
 	if err != nil {
 		return false
 	}
-	addr := ap.Addr().Unmap()
+	return m.adminAllowedAddr(ap.Addr())
+}
+
+// adminAllowedAddr is adminAllowed for a client's address.
+func (m *Member) adminAllowedAddr(addr netip.Addr) bool {
+	addr = addr.Unmap()
 	if addr.IsLoopback() {
 		return true
 	}

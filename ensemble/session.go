@@ -116,6 +116,19 @@ func (t *sessionTracker) stillExpired(id int64) bool {
 	return true
 }
 
+// silence is how long the session has not been heard from, and its
+// timeout; ok is false for a session not tracked. It means something on
+// the leader only.
+func (t *sessionTracker) silence(id int64) (silent, timeout time.Duration, ok bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	s := t.sessions[id]
+	if s == nil {
+		return 0, 0, false
+	}
+	return max(t.now().Sub(s.deadline.Add(-s.timeout)), 0), s.timeout, true
+}
+
 func (t *sessionTracker) unmarkExpiring(id int64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()

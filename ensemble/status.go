@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/coordrun/coordrun/ensemble/tree"
 )
@@ -28,8 +29,11 @@ type MemberStatus struct {
 	Znodes       int    `json:"znodes"`
 	// GroupCommit: this member reads group entries (group.go); members
 	// older than group commit do not send it.
-	GroupCommit bool   `json:"group_commit,omitempty"`
-	Error       string `json:"error,omitempty"`
+	GroupCommit bool `json:"group_commit,omitempty"`
+	// Started is when the member started; members older than the
+	// status page do not send it.
+	Started time.Time `json:"started,omitzero"`
+	Error   string    `json:"error,omitempty"`
 }
 
 // Status is the ensemble as one member sees it, with each member's own
@@ -57,6 +61,7 @@ func (m *Member) localStatus() MemberStatus {
 		Sessions:     m.track.count(),
 		Znodes:       nodes,
 		GroupCommit:  !m.cfg.legacyEntries,
+		Started:      m.started,
 	}
 }
 

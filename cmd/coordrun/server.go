@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/coordrun/coordrun/ensemble"
+	"github.com/coordrun/coordrun/ensemble/statuspage"
 	"github.com/spf13/cobra"
 )
 
@@ -47,8 +48,10 @@ from it; --peers only matters the first time.
 	f.Duration("heartbeat-timeout", 300*time.Millisecond, "raft heartbeat timeout: a follower that hears nothing from the leader for about 1-2x this long starts an election")
 	f.Duration("election-timeout", 300*time.Millisecond, "raft election timeout: how long a candidate waits for votes")
 	f.Uint64("snapshot-threshold", 8192, "log entries between snapshots")
-	f.String("admin-addr", "", "address for the admin HTTP listener: /metrics, /healthz, /readyz (default off; e.g. 127.0.0.1:8080)")
+	f.String("admin-addr", "", "address for the admin HTTP listener: /metrics, /healthz, /readyz and the status page at / (default off; e.g. 127.0.0.1:8080)")
 	f.Bool("admin-pprof", false, "also serve Go's profiles under /debug/pprof/ on the admin listener")
+	f.String("status-lock-root", statuspage.DefaultLockRoot, "znode folder of the locks the status page on the admin listener shows (coordrun run's --root)")
+	f.String("status-cron-root", statuspage.DefaultCronRoot, "znode folder of the cron jobs the status page shows (coordrun cron's --root)")
 	f.String("log-format", "text", "log format on stderr: text or json")
 	f.String("log-level", "info", "log level: debug, info, warn, error")
 	addServerTLSFlags(f)
@@ -97,6 +100,8 @@ func runServer(cmd *cobra.Command, _ []string) error {
 		SnapshotThreshold: v.GetUint64("snapshot-threshold"),
 		AdminAddr:         v.GetString("admin-addr"),
 		Pprof:             v.GetBool("admin-pprof"),
+		StatusLockRoot:    v.GetString("status-lock-root"),
+		StatusCronRoot:    v.GetString("status-cron-root"),
 		Join:              v.GetBool("join"),
 		Restore:           v.GetString("restore"),
 		Logger:            log,

@@ -1,0 +1,291 @@
+package statuspage
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"path"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// The supervisor's locks, read from the tree. The layout is the lock
+// recipe's (ensemble/client/recipe): a folder per lock under the lock
+// root, its data the record of the last holder ("held NODE", "stopping
+// NODE", "released NODE"), an ephemeral sequential queue node
+// "lock-<id>-<seq>" per contender holding its description (JSON), and the
+// ephemeral "run" node of the holder. The structs below decode those
+// records for display only; the recipe owns the format.
+
+const (
+	queuePrefix = "lock-"
+	runNode     = "run"
+)
+
+// contenderInfo is the data of a queue node (recipe.Info).
+type contenderInfo struct {
+	Host             string    `json:"host"`
+	PID              int       `json:"pid"`
+	User             string    `json:"user"`
+	Command          string    `json:"command"`
+	Since            time.Time `json:"since"`
+	SessionTimeoutMS int64     `json:"session_timeout_ms,omitempty"`
+	KillGraceMS      int64     `json:"kill_grace_ms,omitempty"`
+}
+
+// runInfo is the data of the run node (recipe.RunInfo).
+type runInfo struct {
+	Node  string `json:"node"`
+	Token int64  `json:"token"`
+	contenderInfo
+	Stopping bool `json:"stopping,omitempty"`
+}
+
+// LocksView is every lock under the lock root.
+type LocksView struct {
+	Root  string     `json:"root"`
+	Locks []LockView `json:"locks"`
+	Error string     `json:"error,omitempty"`
+}
+
+// LockView is one lock: its holder, its queue in order, and what looks
+// wrong with it.
+type LockView struct {
+	Name string `json:"name"`
+	Path string `json:"path"`
+	// Error is why the lock could not be read (its ACL, say).
+	Error  string     `json:"error,omitempty"`
+	Record string     `json:"record,omitempty"`
+	Holder *Contender `json:"holder,omitempty"`
+	// Waiting are the contenders after the holder (or all of them, with
+	// no holder), in queue order: the first is next.
+	Waiting []Contender `json:"waiting"`
+	// Lingering says why the holder's node is still there though its
+	// owner seems gone; "" when nothing looks wrong.
+	Lingering string `json:"lingering,omitempty"`
+	// History is the holders this member saw, newest first, only in the
+	// answer for one lock.
+	History []PastHolder `json:"history,omitempty"`
+}
+
+// Contender is one node in a lock's queue, or the holder.
+type Contender struct {
+	Node    string    `json:"node"`
+	Token   int64     `json:"token"` // the node's czxid, the fencing token
+	Host    string    `json:"host"`
+	PID     int       `json:"pid"`
+	User    string    `json:"user"`
+	Command string    `json:"command"`
+	Since   time.Time `json:"since,omitzero"` // the holder: took the lock; a waiter: joined the queue
+	Session string    `json:"session"`        // owner session id, hex
+	// Stopping: the holder lost its standing and keeps the run node
+	// only until its job is gone.
+	Stopping bool `json:"stopping,omitempty"`
+}
+
+// PastHolder is a holder this member saw.
+type PastHolder struct {
+	Node  string    `json:"node"`
+	Token int64     `json:"token"`
+	Host  string    `json:"host"`
+	PID   int       `json:"pid"`
+	Since time.Time `json:"since,omitzero"`
+	// Gone is when this member first saw another holder, or none; zero
+	// while it holds.
+	Gone time.Time `json:"gone,omitzero"`
+	// Record: the entry comes from the folder's record alone (the last
+	// holder, which this member did not see hold).
+	Record string `json:"record,omitempty"`
+}
+
+// maxLocks bounds the locks one view lists; a root with more is cut off
+// with an error saying so.
+const maxLocks = 500
+
+// lockRaw is what one lock's read collects inside the tree view; it is
+// decoded outside it.
+type lockRaw struct {
+	name, dir string
+	err       error
+	record    []byte
+	queue     []rawNode // in queue order
+	run       *rawNode
+}
+
+type rawNode struct {
+	name  string
+	data  []byte
+	stat  Stat
+	owner bool // its ephemeral owner's session is live
+}
+
+// readLocks collects the locks under root, or just the one named only.
+func readLocks(t Tree, root, only string) ([]lockRaw, error) {
+	var names []string
+	if only != "" {
+		if _, err := t.Exists(path.Join(root, only)); err != nil {
+			return nil, err
+		}
+		names = []string{only}
+	} else {
+		kids, _, err := t.Children(root)
+		if err != nil {
+			return nil, err
+		}
+		names = kids
+	}
+	var out []lockRaw
+	var err error
+	if len(names) > maxLocks {
+		names, err = names[:maxLocks], fmt.Errorf("%d locks; showing the first %d", len(names), maxLocks)
+	}
+	for _, name := range names {
+		out = append(out, readLock(t, root, name))
+	}
+	return out, err
+}
+
+func readLock(t Tree, root, name string) lockRaw {
+	r := lockRaw{name: name, dir: path.Join(root, name)}
+	rec, _, err := t.Get(r.dir)
+	if err != nil {
+		r.err = err
+		return r
+	}
+	r.record = rec
+	kids, _, err := t.Children(r.dir)
+	if err != nil {
+		r.err = err
+		return r
+	}
+	read := func(k string) (rawNode, bool) {
+		data, st, err := t.Get(path.Join(r.dir, k))
+		if err != nil {
+			return rawNode{}, false
+		}
+		return rawNode{name: k, data: data, stat: st, owner: st.EphemeralOwner != 0 && t.SessionLive(st.EphemeralOwner)}, true
+	}
+	for _, k := range sortQueue(kids) {
+		if n, ok := read(k); ok {
+			r.queue = append(r.queue, n)
+		}
+	}
+	if n, ok := read(runNode); ok {
+		r.run = &n
+	}
+	return r
+}
+
+// queueSeq is the sequence number the server appended to a queue node's
+// name, or -1 for a name that is not a queue node.
+func queueSeq(name string) int64 {
+	i := strings.LastIndexByte(name, '-')
+	if !strings.HasPrefix(name, queuePrefix) || i < 0 {
+		return -1
+	}
+	n, err := strconv.ParseInt(name[i+1:], 10, 64)
+	if err != nil || n < 0 {
+		return -1
+	}
+	return n
+}
+
+func sortQueue(kids []string) []string {
+	out := make([]string, 0, len(kids))
+	for _, k := range kids {
+		if queueSeq(k) >= 0 {
+			out = append(out, k)
+		}
+	}
+	sort.SliceStable(out, func(i, j int) bool { return queueSeq(out[i]) < queueSeq(out[j]) })
+	return out
+}
+
+// lockView decodes a lock read by readLock; session tells of the
+// holder's session's liveness.
+func lockView(r lockRaw, session func(int64) SessionState) LockView {
+	v := LockView{Name: r.name, Path: r.dir, Waiting: []Contender{}}
+	if r.err != nil {
+		v.Error = nodeError(r.err)
+		return v
+	}
+	v.Record = string(r.record)
+	var run runInfo
+	if r.run != nil {
+		_ = json.Unmarshal(r.run.data, &run)
+	}
+	var holderNode *rawNode
+	for i, n := range r.queue {
+		c := contenderOf(n)
+		if r.run != nil && run.Node == n.name {
+			c.Since, c.Stopping = run.Since, run.Stopping
+			v.Holder = &c
+			holderNode = &r.queue[i]
+			continue
+		}
+		v.Waiting = append(v.Waiting, c)
+	}
+	switch {
+	case r.run != nil && v.Holder == nil:
+		// The holder's queue node is gone but its run node stays: it
+		// is stopping its job, or someone deleted its queue node.
+		c := Contender{Node: run.Node, Token: run.Token, Host: run.Host, PID: run.PID, User: run.User, Command: run.Command,
+			Since: run.Since, Session: sessionHex(r.run.stat.EphemeralOwner), Stopping: true}
+		v.Holder = &c
+		holderNode = r.run
+		v.Lingering = "the holder's queue node is gone; its run node stays until its job has stopped"
+	case r.run != nil:
+		holderNode = r.run
+	}
+	if holderNode != nil && v.Lingering == "" {
+		v.Lingering = lingering(*holderNode, session)
+	}
+	return v
+}
+
+func contenderOf(n rawNode) Contender {
+	var info contenderInfo
+	_ = json.Unmarshal(n.data, &info)
+	return Contender{Node: n.name, Token: n.stat.Czxid, Host: info.Host, PID: info.PID, User: info.User,
+		Command: info.Command, Since: info.Since, Session: sessionHex(n.stat.EphemeralOwner)}
+}
+
+// lingering says why a holder's node n may outlast its holder: it is not
+// ephemeral, its session is gone, or (known on the leader only) its
+// session has been silent for most of its timeout, as when the holder's
+// host died and the session waits to expire.
+func lingering(n rawNode, session func(int64) SessionState) string {
+	switch {
+	case n.stat.EphemeralOwner == 0:
+		return "the holder's node is not ephemeral: it stays until deleted by hand"
+	case !n.owner:
+		return "the holder's session is gone but its node lingers"
+	}
+	st := session(n.stat.EphemeralOwner)
+	// A client pings every third of its timeout: two pings missed.
+	if st.Tracked && st.Timeout > 0 && st.Silent > st.Timeout*2/3 {
+		return fmt.Sprintf("the holder's session has been silent for %s of its %s timeout: its node lingers until the session expires",
+			st.Silent.Round(100*time.Millisecond), st.Timeout)
+	}
+	return ""
+}
+
+func sessionHex(id int64) string {
+	if id == 0 {
+		return ""
+	}
+	return fmt.Sprintf("0x%x", uint64(id))
+}
+
+// nodeError says why a node could not be shown.
+func nodeError(err error) string {
+	switch {
+	case errors.Is(err, ErrNoAuth):
+		return "not readable: its ACL grants an unauthenticated client no read"
+	case errors.Is(err, ErrNoNode):
+		return "no such node"
+	}
+	return err.Error()
+}
