@@ -40,6 +40,7 @@ func parsePage() *template.Template {
 		"join":  strings.Join,
 		"hex":   func(v int64) string { return "0x" + strconv.FormatUint(uint64(v), 16) },
 		"perms": permString,
+		"zone":  zoneName,
 	}
 	return template.Must(template.New("page.html").Funcs(funcs).ParseFS(assets, "assets/page.html"))
 }
@@ -108,6 +109,15 @@ func formatDuration(d time.Duration) string {
 	}
 }
 
+// zoneName names the zone a schedule runs in: Local is the zone of the
+// hosts that run it.
+func zoneName(tz string) string {
+	if tz == "Local" {
+		return "the hosts' local time"
+	}
+	return tz
+}
+
 // permString writes ZooKeeper permission bits as zkCli does: cdrwa.
 func permString(p int32) string {
 	var b strings.Builder
@@ -131,7 +141,16 @@ type chart struct {
 	Last, Max  string
 }
 
+// A chart spans the samples it has, at least a minute and at most
+// chartSpan, so that a member just started draws more than a dot.
 const chartSpan = 10 * time.Minute
+
+func chartWindow(samples []Sample, now time.Time) time.Duration {
+	if len(samples) == 0 {
+		return chartSpan
+	}
+	return min(max(now.Sub(samples[0].At), time.Minute), chartSpan)
+}
 
 // chartMetrics are the charts, in order: the sample field's JSON name, and
 // the title.
@@ -173,12 +192,13 @@ func charts(samples []Sample, now time.Time) []chart {
 			scale = 1
 		}
 		var pts bytes.Buffer
-		start := now.Add(-chartSpan)
+		span := chartWindow(samples, now)
+		start := now.Add(-span)
 		for _, s := range samples {
 			if s.At.Before(start) {
 				continue
 			}
-			x := float64(w) * float64(s.At.Sub(start)) / float64(chartSpan)
+			x := float64(w) * float64(s.At.Sub(start)) / float64(span)
 			y := float64(h) - 1 - (float64(h)-2)*metricOf(s, m.key)/scale
 			fmt.Fprintf(&pts, "%.1f,%.1f ", math.Min(x, w), y)
 		}

@@ -35,6 +35,14 @@ func newSamples(n int) *samples { return &samples{ring: make([]Sample, n)} }
 func (s *samples) add(now time.Time, c Counters) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.ring[s.next] = s.sample(now, c)
+	s.prev, s.at = c, now
+	s.next = (s.next + 1) % len(s.ring)
+	s.full = s.full || s.next == 0
+}
+
+// sample is the sample of counters c read at now; s.mu is held.
+func (s *samples) sample(now time.Time, c Counters) Sample {
 	smp := Sample{At: now.UTC().Truncate(time.Millisecond), Sessions: c.Sessions, Znodes: c.Znodes, Watches: c.Watches}
 	if !s.at.IsZero() {
 		if dt := now.Sub(s.at).Seconds(); dt > 0 && c.Requests >= s.prev.Requests {
@@ -42,20 +50,27 @@ func (s *samples) add(now time.Time, c Counters) {
 		}
 		smp.P99MS = round2(quantile(0.99, s.prev.Latency, c.Latency) * 1000)
 	}
-	s.prev, s.at = c, now
-	s.ring[s.next] = smp
-	s.next = (s.next + 1) % len(s.ring)
-	s.full = s.full || s.next == 0
+	return smp
 }
 
-// all are the samples, oldest first.
-func (s *samples) all() []Sample {
+// all are the samples, oldest first, and then one of counters c read at
+// now, so that a chart ends with the figures of the moment. Its rate and
+// latency are over the time since the last sample; within the first
+// second after it they are the last sample's, a shorter window being all
+// noise.
+func (s *samples) all(now time.Time, c Counters) []Sample {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if !s.full {
-		return append([]Sample{}, s.ring[:s.next]...)
+	out := make([]Sample, 0, len(s.ring)+1)
+	if s.full {
+		out = append(out, s.ring[s.next:]...)
 	}
-	return append(append([]Sample{}, s.ring[s.next:]...), s.ring[:s.next]...)
+	out = append(out, s.ring[:s.next]...)
+	cur := s.sample(now, c)
+	if len(out) > 0 && now.Sub(s.at) < time.Second {
+		cur.Rate, cur.P99MS = out[len(out)-1].Rate, out[len(out)-1].P99MS
+	}
+	return append(out, cur)
 }
 
 // quantile estimates the q-quantile, in seconds, of the requests counted

@@ -184,7 +184,7 @@ func (s *Server) ensemble(ctx context.Context) EnsembleView {
 
 // state builds the State; its ServerTime is left zero.
 func (s *Server) state(ctx context.Context) State {
-	st := State{Member: s.src.ID(), Ensemble: s.ensemble(ctx), Charts: s.samples.all()}
+	st := State{Member: s.src.ID(), Ensemble: s.ensemble(ctx), Charts: s.samples.all(s.o.Now(), s.src.Counters())}
 	var locks []lockRaw
 	var jobs []jobRaw
 	var lerr, cerr error
@@ -507,7 +507,7 @@ func (s *Server) apiEnsemble(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, struct {
 		EnsembleView
 		Charts []Sample `json:"charts"`
-	}{s.ensemble(r.Context()), s.samples.all()})
+	}{s.ensemble(r.Context()), s.samples.all(s.o.Now(), s.src.Counters())})
 }
 
 func (s *Server) apiLocks(w http.ResponseWriter, r *http.Request) {

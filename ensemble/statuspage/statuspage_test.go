@@ -409,8 +409,8 @@ func TestQuantile(t *testing.T) {
 	for i := range 5 {
 		s.add(fixedNow.Add(time.Duration(i)*5*time.Second), Counters{Sessions: i, Requests: int64(i * 50)})
 	}
-	all := s.all()
-	if len(all) != 3 || all[0].Sessions != 2 || all[2].Sessions != 4 || all[2].Rate != 10 {
+	all := s.all(fixedNow.Add(25*time.Second), Counters{Sessions: 7, Requests: 300})
+	if len(all) != 4 || all[0].Sessions != 2 || all[2].Sessions != 4 || all[2].Rate != 10 || all[3].Sessions != 7 || all[3].Rate != 20 {
 		t.Errorf("ring %+v", all)
 	}
 }

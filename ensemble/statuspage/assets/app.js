@@ -118,12 +118,14 @@
       const w = Number(s.getAttribute("width")), ht = Number(s.getAttribute("height"));
       let peak = 0;
       for (const x of samples) peak = Math.max(peak, x[key]);
-      const scale = peak > 0 ? peak : 1, start = now - 600000;
+      // As the server draws it: the samples' span, 1 to 10 minutes.
+      const span = samples.length ? Math.min(Math.max(now - Date.parse(samples[0].at), 60000), 600000) : 600000;
+      const scale = peak > 0 ? peak : 1, start = now - span;
       const pts = [];
       for (const x of samples) {
         const at = Date.parse(x.at);
         if (at < start) continue;
-        const px = Math.min(w, w * (at - start) / 600000), py = ht - 1 - (ht - 2) * x[key] / scale;
+        const px = Math.min(w, w * (at - start) / span), py = ht - 1 - (ht - 2) * x[key] / scale;
         pts.push(px.toFixed(1) + "," + py.toFixed(1));
       }
       let line = $("polyline", s);
@@ -186,10 +188,14 @@
       h("td.num", {}, p.pid || ""), h("td", {}, p.record ? "record: " + p.record : fmtUTC(p.since)),
       h("td", {}, p.record ? "" : (isZero(p.gone) ? "holds" : fmtUTC(p.gone)))));
     if (!rows.length) rows.push(h("tr", {}, h("td", { colspan: 6 }, "No holder seen yet.")));
-    box.replaceChildren(h("h3", {}, "Recent holders of " + v.name), v.error ? h("p.err", {}, v.error) : null,
-      h("table.history", {}, h("thead", {}, h("tr", {}, ["Node", "Token", "Host", "PID", "Held from", "Until"].map((c) =>
+    const parts = [h("h3", {}, "Recent holders of " + v.name)];
+    if (v.error) parts.push(h("p.err", {}, v.error));
+    parts.push(h("table.history", {},
+      h("colgroup", {}, ["node", "token", "host", "pid", "from", "until"].map((c) => h("col.c-" + c))),
+      h("thead", {}, h("tr", {}, ["Node", "Token", "Host", "PID", "Held from", "Until"].map((c) =>
         h(c === "Token" || c === "PID" ? "th.num" : "th", { scope: "col" }, c)))), h("tbody", {}, rows)),
       h("p.note", {}, "Holders this member saw since it started, and the last one the lock's record names."));
+    box.replaceChildren(...parts);
     if (push) history.pushState({ lock: name }, "", "?lock=" + encodeURIComponent(name) + "#lock-detail");
   }
 
@@ -205,7 +211,7 @@
         : [h("time.local", { datetime: j.next }, fmtLocal(j.next)), " (your time) · " + j.next_in_zone + " (job's zone)"];
       const hosts = j.hosts.length ? j.hosts.flatMap((x, i) => [i ? ", " : null, h("span", { "data-host": x.host }, x.host)]) : ["none live"];
       art.append(h("dl.facts", {},
-        h("dt", {}, "Schedule"), h("dd", {}, h("code", {}, j.schedule), " in " + j.tz, j.jitter ? ", jitter up to " + j.jitter : null),
+        h("dt", {}, "Schedule"), h("dd", {}, h("code", {}, j.schedule), " in " + (j.tz === "Local" ? "the hosts' local time" : j.tz), j.jitter ? ", jitter up to " + j.jitter : null),
         h("dt", {}, "Next"), h("dd", {}, next),
         h("dt", {}, "Hosts"), h("dd.hosts", {}, hosts),
         h("dt", {}, "Command"), h("dd", {}, h("code", {}, (j.command || []).join(" ")))));
