@@ -4,7 +4,7 @@ VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev
 LDFLAGS  := -s -w -X main.version=$(VERSION)
 FUZZTIME ?= 3s
 
-.PHONY: build test unit fuzz demo bench bench-compare chaos difftest vet clean
+.PHONY: build test unit fuzz demo bench bench-compare bench-web screenshots chaos difftest vet clean
 
 # A static binary: no cgo, so it runs on any Linux host.
 build:
@@ -22,7 +22,7 @@ unit:
 
 # Each decoder's fuzz target, for FUZZTIME each (longer: make fuzz FUZZTIME=5m).
 fuzz:
-	@set -e; for pkg in ./ensemble/wire ./ensemble/tree ./ensemble; do \
+	@set -e; for pkg in ./ensemble/wire ./ensemble/tree ./ensemble ./ensemble/statuspage; do \
 	  for t in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz'); do \
 	    echo "fuzz $$pkg $$t"; \
 	    $(GO) test -run '^$$' -fuzz "^$$t\$$" -fuzztime $(FUZZTIME) $$pkg >/dev/null; \
@@ -47,6 +47,21 @@ BENCH_OUT   ?= bench-out
 BENCH_FLAGS ?=
 bench-compare: build
 	$(GO) run ./internal/bench -bin $(BIN) -compare -out $(BENCH_OUT) $(BENCH_FLAGS)
+
+# What open status pages cost a member: CPU of one member of a 3-member
+# ensemble (real binary, 20 writes/s) with no page open and with 20 event
+# streams, over BENCH_WEB_WINDOW, BENCH_WEB_COUNT runs.
+BENCH_WEB_WINDOW ?= 20s
+BENCH_WEB_COUNT  ?= 3
+bench-web: build
+	COORDRUN_BIN=$(CURDIR)/$(BIN) COORDRUN_BENCH_WINDOW=$(BENCH_WEB_WINDOW) \
+	  $(GO) test -run '^$$' -bench '^BenchmarkStatusPageStreams$$' -benchtime 1x -count $(BENCH_WEB_COUNT) ./ensemble/statuspage/
+
+# The status page's screenshots in docs/screenshots, taken by the browser
+# test (headless Chromium, 1280x900).
+screenshots: build
+	COORDRUN_BIN=$(CURDIR)/$(BIN) COORDRUN_SCREENSHOTS=$(CURDIR)/docs/screenshots \
+	  $(GO) test -count=1 -run '^TestBrowserStatusPage$$' ./ensemble/statuspage/
 
 # Fault injection with history checks, longer than the short runs inside
 # `make test`: CHAOS_DURATION per test, CHAOS_MEMBERS members; a failing

@@ -93,9 +93,13 @@ type Host struct {
 
 // Firing is one firing's record.
 type Firing struct {
-	Name       string    `json:"name"`
-	Scheduled  time.Time `json:"scheduled"`
-	State      string    `json:"state"`
+	Name      string    `json:"name"`
+	Scheduled time.Time `json:"scheduled"`
+	State     string    `json:"state"`
+	// Result is how the firing ended, as the supervisor's history and
+	// metrics name it: the state, with a run that ended split into done
+	// (exit 0) and failed.
+	Result     string    `json:"result"`
 	Reason     string    `json:"reason,omitempty"`
 	Host       string    `json:"host"`
 	PID        int       `json:"pid,omitempty"`
@@ -232,11 +236,15 @@ func cronJob(r jobRaw, now time.Time) CronJob {
 func firingOf(f namedData) Firing {
 	var rec firingRecord
 	if err := json.Unmarshal(f.data, &rec); err != nil {
-		return Firing{Name: f.name, State: "unreadable"}
+		return Firing{Name: f.name, State: "unreadable", Result: "unreadable"}
 	}
 	out := Firing{Name: f.name, Scheduled: rec.Scheduled, State: rec.State, Reason: rec.Reason, Host: rec.Host, PID: rec.PID,
 		Token: rec.Token, Start: rec.Start, End: rec.End, ExitCode: rec.ExitCode, Signal: rec.Signal, Attempt: rec.Attempt,
 		Output: rec.Output, OutputBytes: rec.OutputBytes}
+	out.Result = rec.State
+	if rec.State == "done" && (rec.ExitCode == nil || *rec.ExitCode != 0) {
+		out.Result = "failed"
+	}
 	if !rec.Start.IsZero() && !rec.End.IsZero() {
 		out.DurationMS = max(rec.End.Sub(rec.Start).Milliseconds(), 0)
 	}

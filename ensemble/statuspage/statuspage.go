@@ -37,7 +37,6 @@ import (
 	"net/netip"
 	"net/url"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 )
@@ -445,19 +444,33 @@ func (s *Server) guard(next http.Handler) http.Handler {
 	})
 }
 
+// served are the embedded files served under /assets/, by name; the
+// page's template is not one of them.
+var served = map[string]string{"app.js": "text/javascript; charset=utf-8", "style.css": "text/css; charset=utf-8"}
+
 // assetServer serves the embedded files; they change only with the
 // binary, so browsers may keep them for a while.
 func assetServer(static fs.FS) http.Handler {
-	files := http.FileServerFS(static)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "" || strings.HasSuffix(r.URL.Path, "/") {
+		ctype, ok := served[r.URL.Path]
+		if !ok {
 			http.NotFound(w, r)
 			return
 		}
+		b, err := fs.ReadFile(static, r.URL.Path)
+		if err != nil {
+			http.NotFound(w, r)
+			return
+		}
+		w.Header().Set("Content-Type", ctype)
 		w.Header().Set("Cache-Control", "public, max-age=300")
-		files.ServeHTTP(w, r)
+		http.ServeContent(w, r, r.URL.Path, assetTime, bytes.NewReader(b))
 	})
 }
+
+// assetTime is the assets' modification time: the process's start, as
+// they come with the binary.
+var assetTime = time.Now()
 
 // only checks that the request has no parameters but those allowed.
 func only(w http.ResponseWriter, r *http.Request, allowed ...string) bool {

@@ -21,7 +21,7 @@ var fixedNow = time.Date(2026, 12, 2, 6, 0, 0, 0, time.UTC)
 // lockFixture is a lock "nightly" held by web-1 with web-2 and web-3
 // waiting (joined in that order), a lock "stale" whose holder's node is
 // not ephemeral, a closed lock "secret", and a cron job "report".
-func lockFixture(t *testing.T) (*fakeSource, *Server) {
+func lockFixture(t testing.TB) (*fakeSource, *Server) {
 	t.Helper()
 	f := newFakeSource()
 	at := func(min int) time.Time { return fixedNow.Add(-time.Duration(min) * time.Minute) }
@@ -43,7 +43,7 @@ func lockFixture(t *testing.T) (*fakeSource, *Server) {
 
 	f.putJSON("/coordrun/cron/report", jobInfo{Name: "report", Schedule: "0 3 * * *", TZ: "Europe/Berlin", Command: []string{"/usr/bin/report", "--all"}, Overlap: "skip"}, 0)
 	exit0, exit1 := 0, 1
-	f.putJSON("/coordrun/cron/report/firings/"+firingName(at(24*60)), firingRecord{Scheduled: at(24 * 60), State: "failed", Host: "web-2", Token: 777,
+	f.putJSON("/coordrun/cron/report/firings/"+firingName(at(24*60)), firingRecord{Scheduled: at(24 * 60), State: "done", Host: "web-2", Token: 777,
 		Start: at(24 * 60), End: at(24*60 - 2), ExitCode: &exit1, Output: "disk full\n", OutputBytes: 10}, 0)
 	f.putJSON("/coordrun/cron/report/firings/"+firingName(at(60)), firingRecord{Scheduled: at(60), State: "done", Host: "web-1", Token: 901,
 		Start: at(60), End: at(59), ExitCode: &exit0}, 0)
@@ -181,10 +181,10 @@ func TestAPICron(t *testing.T) {
 	if len(j.Firings) != 2 {
 		t.Fatalf("firings %+v", j.Firings)
 	}
-	if f := j.Firings[0]; f.State != "failed" || f.Host != "web-2" || f.Output != "disk full\n" || f.DurationMS != 120000 || f.ExitCode == nil || *f.ExitCode != 1 {
+	if f := j.Firings[0]; f.State != "done" || f.Result != "failed" || f.Host != "web-2" || f.Output != "disk full\n" || f.DurationMS != 120000 || f.ExitCode == nil || *f.ExitCode != 1 {
 		t.Errorf("failed firing %+v", f)
 	}
-	if f := j.Firings[1]; f.State != "done" || f.Token != 901 || f.DurationMS != 60000 {
+	if f := j.Firings[1]; f.Result != "done" || f.Token != 901 || f.DurationMS != 60000 {
 		t.Errorf("firings %+v", j.Firings)
 	}
 	getJSON[CronJob](t, s.Handler(), "/api/cron/report", 200)
@@ -279,7 +279,7 @@ func TestPageStatic(t *testing.T) {
 	for _, want := range []string{
 		`class="health h-healthy"`, `data-id="1" data-role="leader"`, `<span class="badge lead">leader</span>`,
 		`data-host="web-1" data-pid="101"`, `data-pos="1" data-host="web-2"`, `data-pos="2" data-host="web-3"`,
-		`Recent holders of nightly`, `lingering`, `data-job="report"`, `data-state="failed" data-host="web-2"`,
+		`Recent holders of nightly`, `lingering`, `data-job="report"`, `data-state="done" data-result="failed" data-host="web-2"`,
 		`disk full`, `<noscript><meta http-equiv="refresh"`, `src="/assets/app.js"`, `polyline points=`,
 	} {
 		if !strings.Contains(body, want) {

@@ -217,7 +217,7 @@
         h("dt", {}, "Command"), h("dd", {}, h("code", {}, (j.command || []).join(" ")))));
       const items = j.firings.map((f) => {
         const sum = h("summary", {}, h("span.chip", { "aria-hidden": "true" }), h("time", { datetime: f.scheduled }, fmtUTC(f.scheduled)),
-          " ", h("span.state", {}, f.state), " ", h("span.fhost", {}, f.host),
+          " ", h("span.state", {}, f.result), " ", h("span.fhost", {}, f.host),
           f.token ? [" ", h("span.tok", {}, "token " + f.token)] : null,
           f.duration_ms ? [" ", h("span.dur", {}, fmtDuration(f.duration_ms))] : null,
           f.exit_code !== undefined ? [" ", h("span.exit", {}, "exit " + f.exit_code)] : null);
@@ -226,10 +226,12 @@
           body.append(h("pre.output", {}, f.output));
           if (f.output_bytes > f.output.length) body.append(h("p.note", {}, "last " + f.output.length + " of " + f.output_bytes + " bytes"));
         } else body.append(h("p.note", {}, "no output kept"));
-        return h("li.f.f-" + f.state, { "data-firing": f.name, "data-state": f.state, "data-host": f.host, "data-token": f.token || 0,
+        return h("li.f.f-" + f.result, { "data-firing": f.name, "data-state": f.state, "data-result": f.result, "data-host": f.host, "data-token": f.token || 0,
           "data-key": "f" + j.name + "/" + f.name }, h("details", {}, sum, body));
       });
       if (!items.length) items.push(h("li.none", {}, "No firings yet."));
+      art.append(h("div.strip", { "aria-hidden": "true" }, j.firings.map((f) =>
+        h("span.cell.f-" + f.result, { title: fmtUTC(f.scheduled) + " " + f.result + " on " + f.host }))));
       art.append(h("ol.timeline", { "aria-label": "Recent firings of " + j.name + ", oldest first" }, items));
       out.push(art);
     }
