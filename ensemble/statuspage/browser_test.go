@@ -1,21 +1,22 @@
 package statuspage_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
-	"image/png"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/emulation"
 	"github.com/chromedp/cdproto/log"
 	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
@@ -212,6 +213,7 @@ func TestBrowserStatusPage(t *testing.T) {
 	}
 	start := time.Now()
 	e := startWebEnsemble(t, bin, 3)
+	t.Logf("ensemble up: %v", time.Since(start).Round(100*time.Millisecond))
 	shots := screenshotDir(t)
 	host, _ := os.Hostname()
 
@@ -271,7 +273,7 @@ func TestBrowserStatusPage(t *testing.T) {
 		if err != nil {
 			t.Fatalf("screenshot %s: %v", name, err)
 		}
-		if err := os.WriteFile(filepath.Join(shots, name+".png"), smallerPNG(b), 0o644); err != nil {
+		if err := os.WriteFile(filepath.Join(shots, name+".png"), b, 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -279,6 +281,10 @@ func TestBrowserStatusPage(t *testing.T) {
 	do("open the page", chromedp.EmulateViewport(1280, 900), chromedp.Navigate(e.url(page)+"/"))
 	// A marker the page loses if it reloads.
 	do("mark the page", chromedp.Evaluate[chromedp.Void](`window.notReloaded = true`))
+	do("press Tab", chromedp.KeyEvent("\t"))
+	if got := eval(`document.activeElement.className + ":" + document.activeElement.getAttribute("href")`); got != "skip:#main" {
+		t.Errorf("the first Tab focuses %q, want the skip link to #main", got)
+	}
 	waitFor("the stream live", 10*time.Second, `document.querySelector("#live.on") !== null`)
 	waitFor("the leader", 10*time.Second, fmt.Sprintf(`(() => { const r = document.querySelector('#members tr.leader'); return r !== null && r.dataset.id === %q && r.querySelector('.badge.lead') !== null })()`, fmt.Sprint(leader+1)))
 	pids := make([]string, 3)
@@ -298,6 +304,7 @@ func TestBrowserStatusPage(t *testing.T) {
 	waitFor("the charts drawn", 10*time.Second, `document.querySelector('.chart[data-metric="sessions"] polyline').getAttribute('points') !== ''`)
 	shoot("ensemble", "#ensemble")
 	errs.check(t, "first view")
+	t.Logf("%s: %v", "first view", time.Since(start).Round(100*time.Millisecond))
 
 	// The holder's supervisor dies: its session ends a session timeout
 	// later, and the first waiter takes the lock.
@@ -313,11 +320,13 @@ func TestBrowserStatusPage(t *testing.T) {
 	if eval(`String(window.notReloaded === true)`) != "true" {
 		t.Error("the page reloaded to show the new holder")
 	}
-	do("open the lock's history", chromedp.Click(chromedp.CSS(`#lock-list a[data-lock-link="nightly"]`)))
+	// By keyboard: the link takes focus and Enter opens the history.
+	do("open the lock's history", chromedp.Focus(chromedp.CSS(`#lock-list a[data-lock-link="nightly"]`)), chromedp.KeyEvent("\r"))
 	waitFor("the lock's history with the first holder's token", 5*time.Second, fmt.Sprintf(
 		`Array.from(document.querySelectorAll('#lock-detail tr[data-token]')).some(r => r.dataset.token === %q)`, firstToken))
 	shoot("locks", "#locks")
 	errs.check(t, "holder killed")
+	t.Logf("%s: %v", "holder killed", time.Since(start).Round(100*time.Millisecond))
 
 	// A cron firing on the timeline, with its host.
 	waitFor("a cron firing with its host", 20*time.Second, fmt.Sprintf(
@@ -325,6 +334,7 @@ func TestBrowserStatusPage(t *testing.T) {
 	do("open the last firing", chromedp.Evaluate[chromedp.Void](`(() => { const fs = document.querySelectorAll('#job-list [data-job="tick"] li.f[data-result="done"] details'); fs[fs.length-1].open = true })()`))
 	shoot("cron", "#cron")
 	errs.check(t, "cron")
+	t.Logf("%s: %v", "cron", time.Since(start).Round(100*time.Millisecond))
 
 	// The tree browser, by keyboard-reachable links.
 	for _, p := range []string{"/coordrun", "/coordrun/locks", "/coordrun/locks/nightly"} {
@@ -336,6 +346,7 @@ func TestBrowserStatusPage(t *testing.T) {
 	waitFor("a queue node's data", 5*time.Second, `document.querySelector('#node').dataset.path === `+jsString(kid)+` && document.querySelector('#node .data pre') !== null`)
 	shoot("tree", "#tree")
 	errs.check(t, "tree")
+	t.Logf("%s: %v", "tree", time.Since(start).Round(100*time.Millisecond))
 
 	// The leader dies; the page's own member survives.
 	leader = e.leader(page)
@@ -355,21 +366,28 @@ func TestBrowserStatusPage(t *testing.T) {
 		t.Errorf("health %q with one of three members dead, want %s", h, statuspage.HealthDegraded)
 	}
 	errs.check(t, "leader killed")
+	t.Logf("%s: %v", "leader killed", time.Since(start).Round(100*time.Millisecond))
+
+	// Dark mode follows the system's.
+	// The background's red, green and blue added up: over 600 light,
+	// under 150 dark.
+	const brightness = `String(getComputedStyle(document.body).backgroundColor.match(/\d+/g).slice(0, 3).reduce((a, b) => a + Number(b), 0))`
+	light := eval(brightness)
+	do("prefer dark", chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
+		_, err := cdp.Call(ctx, tg, emulation.SetEmulatedMedia, emulation.SetEmulatedMediaParams{
+			Features: []*emulation.MediaFeature{{Name: "prefers-color-scheme", Value: "dark"}}})
+		return err
+	}))
+	dark := eval(brightness)
+	if l, d := atoi(light), atoi(dark); l < 600 || d > 150 {
+		t.Errorf("background's brightness %s in light mode, %s in dark; want over 600 and under 150", light, dark)
+	}
 	t.Logf("browser test took %v; screenshots in %s", time.Since(start).Round(100*time.Millisecond), shots)
 }
 
-// smallerPNG re-encodes a screenshot at the best compression, since they
-// are checked in; b itself when that fails or does not help.
-func smallerPNG(b []byte) []byte {
-	img, err := png.Decode(bytes.NewReader(b))
-	if err != nil {
-		return b
-	}
-	var out bytes.Buffer
-	if (&png.Encoder{CompressionLevel: png.BestCompression}).Encode(&out, img) != nil || out.Len() >= len(b) {
-		return b
-	}
-	return out.Bytes()
+func atoi(s string) int {
+	n, _ := strconv.Atoi(s)
+	return n
 }
 
 func jsString(s string) string {

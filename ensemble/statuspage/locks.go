@@ -60,8 +60,11 @@ type LockView struct {
 	Record string     `json:"record,omitempty"`
 	Holder *Contender `json:"holder,omitempty"`
 	// Waiting are the contenders after the holder (or all of them, with
-	// no holder), in queue order: the first is next.
+	// no holder), in queue order: the first is next. Queued counts the
+	// queue's nodes, the holder's among them; only the first 100 are
+	// read.
 	Waiting []Contender `json:"waiting"`
+	Queued  int         `json:"queued"`
 	// Lingering says why the holder's node is still there though its
 	// owner seems gone; "" when nothing looks wrong.
 	Lingering string `json:"lingering,omitempty"`
@@ -101,8 +104,12 @@ type PastHolder struct {
 }
 
 // maxLocks bounds the locks one view lists; a root with more is cut off
-// with an error saying so.
-const maxLocks = 500
+// with an error saying so. maxQueue bounds the contenders read of each:
+// the reads happen while writes wait.
+const (
+	maxLocks = 500
+	maxQueue = 100
+)
 
 // lockRaw is what one lock's read collects inside the tree view; it is
 // decoded outside it.
@@ -110,7 +117,8 @@ type lockRaw struct {
 	name, dir string
 	err       error
 	record    []byte
-	queue     []rawNode // in queue order
+	queue     []rawNode // in queue order, the first maxQueue
+	queued    int       // queue nodes in all
 	run       *rawNode
 }
 
@@ -167,7 +175,12 @@ func readLock(t Tree, root, name string) lockRaw {
 		}
 		return rawNode{name: k, data: data, stat: st, owner: st.EphemeralOwner != 0 && t.SessionLive(st.EphemeralOwner)}, true
 	}
-	for _, k := range sortQueue(kids) {
+	queue := sortQueue(kids)
+	r.queued = len(queue)
+	if len(queue) > maxQueue {
+		queue = queue[:maxQueue]
+	}
+	for _, k := range queue {
 		if n, ok := read(k); ok {
 			r.queue = append(r.queue, n)
 		}
@@ -211,7 +224,7 @@ func lockView(r lockRaw, session func(int64) SessionState) LockView {
 		v.Error = nodeError(r.err)
 		return v
 	}
-	v.Record = string(r.record)
+	v.Record, v.Queued = string(r.record), r.queued
 	var run runInfo
 	if r.run != nil {
 		_ = json.Unmarshal(r.run.data, &run)

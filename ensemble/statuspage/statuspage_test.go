@@ -127,7 +127,7 @@ func TestAPILocks(t *testing.T) {
 		!n.Holder.Since.Equal(fixedNow.Add(-25*time.Minute)) {
 		t.Fatalf("nightly holder %+v", n.Holder)
 	}
-	if len(n.Waiting) != 2 || n.Waiting[0].Host != "web-2" || n.Waiting[1].Host != "web-3" {
+	if len(n.Waiting) != 2 || n.Waiting[0].Host != "web-2" || n.Waiting[1].Host != "web-3" || n.Queued != 3 {
 		t.Fatalf("nightly queue %+v, want web-2 then web-3", n.Waiting)
 	}
 	if n.Lingering != "" {

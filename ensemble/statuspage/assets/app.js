@@ -167,6 +167,7 @@
           h("th.num", { scope: "col" }, "PID"), h("th", { scope: "col" }, "User"), h("th", { scope: "col" }, "Command"),
           h("th.num", { scope: "col" }, "Token"), h("th.num", { scope: "col" }, "For"))),
         body));
+      if (l.queued > 100) art.append(h("p.note", {}, l.queued + " in the queue; the first 100 shown."));
       out.push(art);
     }
     if (!v.locks.length && !v.error) out.push(h("p.empty", {}, "No locks under ", h("code", {}, v.root), " yet."));
