@@ -33,7 +33,7 @@ func parsePage() *template.Template {
 			if ms == 0 {
 				return "0"
 			}
-			return time.UnixMilli(ms).UTC().Format("2006-01-02 15:04:05.000Z")
+			return time.UnixMilli(ms).UTC().Format("2006-01-02 15:04:05Z")
 		},
 		"ms":    func(ms int64) string { return formatDuration(time.Duration(ms) * time.Millisecond) },
 		"inc":   func(i int) int { return i + 1 },

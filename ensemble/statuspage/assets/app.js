@@ -270,13 +270,13 @@
       const data = [h("h3", {}, "Data ", h("small", {}, v.stat.dataLength + " bytes"))];
       if (v.data_error) data.push(h("p.err", {}, v.data_error));
       else {
-        if (v.text !== undefined) data.push(h("details", { open: true }, h("summary", {}, "Text"), h("pre", {}, v.text)));
-        if (v.json !== undefined) data.push(h("details", { open: v.text === undefined }, h("summary", {}, "JSON"), h("pre", {}, v.json)));
+        if (v.json !== undefined) data.push(h("details", { open: true }, h("summary", {}, "JSON"), h("pre", {}, v.json)));
+        if (v.text !== undefined) data.push(h("details", { open: v.json === undefined }, h("summary", {}, "Text"), h("pre", {}, v.text)));
         if (v.hex !== undefined) data.push(h("details", { open: v.text === undefined && v.json === undefined }, h("summary", {}, "Hex"), h("pre", {}, v.hex)));
       }
       const st = v.stat;
       const row = (k, val) => h("tr", {}, h("th", { scope: "row" }, k), h("td.num", {}, val));
-      const msTime = (ms) => ms ? new Date(ms).toISOString().replace("T", " ") : "0";
+      const msTime = (ms) => ms ? new Date(ms).toISOString().replace("T", " ").replace(/\.\d+Z$/, "Z") : "0";
       const stat = h("table.stat", {}, h("tbody", {}, row("czxid", hexZ(st.czxid)), row("mzxid", hexZ(st.mzxid)), row("pzxid", hexZ(st.pzxid)),
         row("ctime", msTime(st.ctime)), row("mtime", msTime(st.mtime)), row("version", st.version), row("cversion", st.cversion),
         row("aversion", st.aversion), row("ephemeralOwner", v.ephemeralOwner || "0x0"), row("dataLength", st.dataLength),
