@@ -382,6 +382,18 @@ func TestBrowserStatusPage(t *testing.T) {
 	if l, d := atoi(light), atoi(dark); l < 600 || d > 150 {
 		t.Errorf("background's brightness %s in light mode, %s in dark; want over 600 and under 150", light, dark)
 	}
+	// Without JavaScript the page is the server's: the same sections,
+	// no stream.
+	do("turn scripts off", chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
+		_, err := cdp.Call(ctx, tg, emulation.SetScriptExecutionDisabled, emulation.SetScriptExecutionDisabledParams{Value: true})
+		return err
+	}), chromedp.Navigate(e.url(page)+"/?lock=nightly"))
+	if got := eval(`[document.querySelector('#live').textContent.startsWith('as of'), document.querySelector('#members tr.leader') !== null,
+		document.querySelector('#lock-list [data-lock="nightly"] tr.holder') !== null, document.querySelector('#lock-detail tr[data-token]') !== null,
+		document.querySelector('#job-list li.f') !== null].join()`); got != "true,true,true,true,true" {
+		t.Errorf("the page without scripts (static, leader, holder, history, firings): %s", got)
+	}
+	errs.check(t, "without scripts")
 	t.Logf("browser test took %v; screenshots in %s", time.Since(start).Round(100*time.Millisecond), shots)
 }
 

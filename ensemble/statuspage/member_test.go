@@ -142,3 +142,24 @@ func externalIP(t *testing.T) netip.Addr {
 	t.Skip("no non-loopback IPv4 address on this host to reach the admin listener from")
 	return netip.Addr{}
 }
+
+// TestMemberCloseEndsStreams: an open page does not hold up the member's
+// Close, and its stream ends with it.
+func TestMemberCloseEndsStreams(t *testing.T) {
+	cl := ensembletest.Start(t, 1, func(c *ensemble.Config) { c.AdminAddr = "127.0.0.1:0" })
+	resp, err := http.Get("http://" + cl.Member(0).AdminAddr() + "/api/events")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	first := make([]byte, 64)
+	if _, err := io.ReadAtLeast(resp.Body, first, len(first)); err != nil {
+		t.Fatalf("reading the stream: %v", err)
+	}
+	stopped := make(chan struct{})
+	go func() { cl.Stop(0); close(stopped) }()
+	testkit.Recv(t, stopped, 20*time.Second, "the member's Close with a stream open")
+	ended := make(chan error, 1)
+	go func() { _, err := io.Copy(io.Discard, resp.Body); ended <- err }()
+	testkit.Recv(t, ended, 5*time.Second, "the stream's end")
+}
