@@ -36,6 +36,7 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
+	"path"
 	"strconv"
 	"sync"
 	"time"
@@ -566,7 +567,7 @@ func (s *Server) apiJob(w http.ResponseWriter, r *http.Request) {
 	var raw jobRaw
 	var err error
 	s.src.ReadTree(func(t Tree) {
-		if _, err = t.Exists(s.o.CronRoot + "/" + name); err == nil {
+		if _, err = t.Exists(path.Join(s.o.CronRoot, name)); err == nil {
 			raw = readJob(t, s.o.CronRoot, name)
 		}
 	})

@@ -173,7 +173,7 @@
     if (!v.locks.length && !v.error) out.push(h("p.empty", {}, "No locks under ", h("code", {}, v.root), " yet."));
     replace($("#lock-list"), out);
   }
-  let openLock = null;
+  let openLock = null, openHolder = null;
   async function showLock(name, push) {
     openLock = name;
     const box = $("#lock-detail");
@@ -301,7 +301,12 @@
     renderLocks(st.locks);
     renderCron(st.cron);
     localTimes(document);
-    if (openLock) showLock(openLock, false);
+    // The open history changes only with the lock's holder.
+    if (openLock) {
+      const l = st.locks.locks.find((x) => x.name === openLock);
+      const holder = l && l.holder ? l.holder.node : "";
+      if (holder !== openHolder) { openHolder = holder; showLock(openLock, false); }
+    }
   }
 
   document.addEventListener("click", (ev) => {
