@@ -16,9 +16,9 @@
 // JavaScript; with it, a small script embedded in the binary keeps it
 // current from a stream of Server-Sent Events (/api/events) and browses
 // the tree through the JSON API. One broadcaster builds the state once a
-// second while someone listens and sends it to every stream only when it
-// changed: the cost of the page does not grow with the state's reads per
-// viewer.
+// second while someone listens, encodes it once and hands the same bytes
+// to every stream when it changed (the charts' last point moves every
+// second): a viewer costs the member a write, not a read of the tree.
 //
 // The page and the API are served only to loopback clients and to those
 // the member's Allowed function accepts (--admin-from), like snapshots.
