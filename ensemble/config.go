@@ -215,9 +215,12 @@ func (c *Config) setDefaults() error {
 	if c.StatusCronRoot == "" {
 		c.StatusCronRoot = statuspage.DefaultCronRoot
 	}
-	for field, root := range map[string]string{"StatusLockRoot": c.StatusLockRoot, "StatusCronRoot": c.StatusCronRoot} {
-		if !strings.HasPrefix(root, "/") || (len(root) > 1 && strings.HasSuffix(root, "/")) {
-			return configError(field, "status page root %q must be an absolute znode path", root)
+	for _, r := range []struct{ field, what, root string }{
+		{"StatusLockRoot", "lock root", c.StatusLockRoot},
+		{"StatusCronRoot", "cron root", c.StatusCronRoot},
+	} {
+		if !strings.HasPrefix(r.root, "/") || (len(r.root) > 1 && strings.HasSuffix(r.root, "/")) {
+			return configError(r.field, "the status page's %s %q must be an absolute znode path", r.what, r.root)
 		}
 	}
 	if c.Pprof && c.AdminAddr == "" {

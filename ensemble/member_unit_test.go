@@ -216,3 +216,24 @@ func TestLiveOnWildcardPort(t *testing.T) {
 		t.Fatalf("ruok on %s: %v", m.ClientAddr(), err)
 	}
 }
+
+// The status page's roots default to the supervisor's and must be
+// absolute znode paths.
+func TestConfigStatusRoots(t *testing.T) {
+	cfg := Config{ID: "1", DataDir: "d", PeerAddr: "p:1"}
+	if err := cfg.setDefaults(); err != nil || cfg.StatusLockRoot != "/coordrun/locks" || cfg.StatusCronRoot != "/coordrun/cron" {
+		t.Errorf("defaults: %v, %q %q", err, cfg.StatusLockRoot, cfg.StatusCronRoot)
+	}
+	for _, c := range []struct {
+		cfg   Config
+		field string
+	}{
+		{Config{ID: "1", DataDir: "d", PeerAddr: "p:1", StatusLockRoot: "locks"}, "StatusLockRoot"},
+		{Config{ID: "1", DataDir: "d", PeerAddr: "p:1", StatusCronRoot: "/cron/"}, "StatusCronRoot"},
+	} {
+		var ce *ConfigError
+		if err := c.cfg.setDefaults(); !errors.As(err, &ce) || ce.Field != c.field {
+			t.Errorf("%s: %v, want an error of that field", c.field, err)
+		}
+	}
+}
