@@ -187,3 +187,23 @@ func TestLivenessRelay(t *testing.T) {
 		t.Errorf("a session the leader holds dead: %v", err)
 	}
 }
+
+// silence is the time since the session was last heard from, which the
+// status page shows for a lock holder whose host went quiet.
+func TestSessionTrackerSilence(t *testing.T) {
+	clock := &fakeClock{now: time.Unix(1000, 0)}
+	tr := newSessionTracker(clock.Now)
+	tr.add(1, 4*time.Second)
+	clock.advance(3 * time.Second)
+	if silent, timeout, ok := tr.silence(1); !ok || silent != 3*time.Second || timeout != 4*time.Second {
+		t.Errorf("after 3s: %v of %v, %v", silent, timeout, ok)
+	}
+	tr.touch(1)
+	clock.advance(time.Second)
+	if silent, _, _ := tr.silence(1); silent != time.Second {
+		t.Errorf("1s after a touch: %v", silent)
+	}
+	if _, _, ok := tr.silence(2); ok {
+		t.Error("an unknown session has a silence")
+	}
+}
