@@ -219,7 +219,8 @@ func TestBrowserStatusPage(t *testing.T) {
 
 	// The page is served by a follower, so that it survives the
 	// leader's death.
-	leader := e.leader(0)
+	var leader int
+	testkit.WaitFor(t, 10*time.Second, "a leader", func() bool { leader = e.leader(0); return leader >= 0 })
 	page := (leader + 1) % 3
 
 	// Three supervisors on one lock, joining in turn.
@@ -349,13 +350,10 @@ func TestBrowserStatusPage(t *testing.T) {
 	t.Logf("%s: %v", "tree", time.Since(start).Round(100*time.Millisecond))
 
 	// The leader dies; the page's own member survives.
-	leader = e.leader(page)
+	testkit.WaitFor(t, 10*time.Second, "a leader before the kill", func() bool { leader = e.leader(page); return leader >= 0 })
 	if leader == page {
 		page = (leader + 1) % 3
 		do("open a surviving member's page", chromedp.Navigate(e.url(page)+"/"))
-	}
-	if leader < 0 {
-		t.Fatal("no leader before the kill")
 	}
 	e.procs[leader].Kill()
 	dead := fmt.Sprint(leader + 1)
