@@ -304,7 +304,7 @@ func (m *Member) expireLoop() {
 		}
 		// Confirm leadership with a quorum before ending sessions: a
 		// deposed leader must not expire a session its successor keeps.
-		if err := m.raft.VerifyLeader().Error(); err != nil {
+		if err := m.verifyLeader(); err != nil {
 			for _, id := range ids {
 				m.track.unmarkExpiring(id)
 			}
@@ -352,4 +352,21 @@ func (m *Member) noteLive(id int64) uint64 {
 // and fails with errSessionGone if it holds session id dead.
 func (m *Member) waitLive(ctx context.Context, gen uint64, id int64) error {
 	return m.relay.wait(ctx, gen, id)
+}
+
+// verifyLeader confirms this member's leadership with a quorum. raft
+// queues the request in a buffer its main loop reads; one queued just as
+// raft shuts down is never answered, so the wait ends with the member too
+// (Close cancels m.ctx before it shuts raft down). The goroutine left
+// waiting on such a request is the only one a Close can leave behind.
+func (m *Member) verifyLeader() error {
+	f := m.raft.VerifyLeader()
+	done := make(chan error, 1)
+	go func() { done <- f.Error() }()
+	select {
+	case err := <-done:
+		return err
+	case <-m.ctx.Done():
+		return m.ctx.Err()
+	}
 }
