@@ -1624,7 +1624,15 @@ func confFourLetterFigures(t *testing.T, e *confEnv, i int, srvr string, mntr ma
 			t.Errorf("leader's zk_synced_followers = %q, want 2", synced)
 		}
 	}
+	// A member lists the membership once it has applied the ensemble's
+	// first entries; a follower just started may be a heartbeat behind.
 	conf := fourLetter(t, e.addr(i), "conf")
+	if e.n == 3 {
+		testkit.Poll(10*time.Second, func() bool {
+			conf = fourLetter(t, e.addr(i), "conf")
+			return strings.Contains(conf, "\nversion=")
+		})
+	}
 	servers := 0
 	for _, line := range strings.Split(strings.TrimSuffix(conf, "\n"), "\n") {
 		switch {
