@@ -321,6 +321,8 @@ func (c *conn) notify(ev wire.WatcherEvent, zxid int64) {
 
 // notifyFrame queues an encoded notification. The frame may be shared
 // with other connections: queued frames are only ever read.
+func (c *conn) sessionID() int64 { return c.session }
+
 func (c *conn) notifyFrame(frame []byte) {
 	c.env.stats.notifications.Add(1)
 	c.pushFrame(frame, frameNotification)

@@ -78,6 +78,11 @@ func (m *Member) fourLetter(word string, nc net.Conn) {
 		}
 	case "envi":
 		out = m.envi()
+	case "wchp", "wchc":
+		out = notServing
+		if serving {
+			out = m.watch.dump(word == "wchp")
+		}
 	case statusWord:
 		ctx, cancel := context.WithTimeout(m.ctx, 5*time.Second)
 		defer cancel()

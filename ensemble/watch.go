@@ -1,6 +1,9 @@
 package ensemble
 
 import (
+	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"sync"
 
@@ -27,6 +30,9 @@ type watcher interface {
 	// identities are what the READ check of a notification runs
 	// against; they must not be modified. Called from the FSM.
 	identities() []tree.Identity
+	// sessionID is the session the watches belong to, for the
+	// four-letter words that list them (wchp, wchc).
+	sessionID() int64
 	// notifyFrame queues an encoded notification. The frame is shared by
 	// every watcher of the event and must not be modified.
 	notifyFrame(frame []byte)
@@ -123,6 +129,50 @@ func (w *watchManager) removeOwner(o watcher) {
 	for k := range w.byOwner[o] {
 		w.removeLocked(k.kind, k.path, o)
 	}
+}
+
+// dump lists the watches as ZooKeeper's wchp (byPath) and wchc do: its
+// data watches, then its child watches, each table a path (or a session)
+// a line followed by the sessions (or paths) watching it, indented by a
+// tab. Exists watches are data watches there, and persistent and
+// recursive ones sit in both tables. Sorted, where ZooKeeper's order is
+// its hash maps'.
+func (w *watchManager) dump(byPath bool) string {
+	tables := [2][]watchKind{
+		{watchData, watchExist, watchPersistent, watchRecursive},
+		{watchChild, watchPersistent, watchRecursive},
+	}
+	var b strings.Builder
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, kinds := range tables {
+		groups := map[string]map[string]struct{}{}
+		add := func(key, item string) {
+			if groups[key] == nil {
+				groups[key] = map[string]struct{}{}
+			}
+			groups[key][item] = struct{}{}
+		}
+		for _, k := range kinds {
+			for p, set := range w.byKind[k] {
+				for o := range set {
+					sid := fmt.Sprintf("0x%x", o.sessionID())
+					if byPath {
+						add(p, sid)
+					} else {
+						add(sid, p)
+					}
+				}
+			}
+		}
+		for _, key := range slices.Sorted(maps.Keys(groups)) {
+			b.WriteString(key + "\n")
+			for _, item := range slices.Sorted(maps.Keys(groups[key])) {
+				b.WriteString("\t" + item + "\n")
+			}
+		}
+	}
+	return b.String()
 }
 
 // hasAny reports whether o has any watch registered.

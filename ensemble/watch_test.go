@@ -11,12 +11,14 @@ import (
 // countingWatcher is a watcher that counts its notifications.
 type countingWatcher struct {
 	ids    []tree.Identity
+	sid    int64
 	frames int
 	last   []byte
 }
 
 func (w *countingWatcher) identities() []tree.Identity { return w.ids }
 func (w *countingWatcher) notifyFrame(f []byte)        { w.frames++; w.last = f }
+func (w *countingWatcher) sessionID() int64            { return w.sid }
 
 var (
 	watchOps     = tree.Identity{Scheme: "x509", ID: "O=ops"}
@@ -140,5 +142,29 @@ func BenchmarkWatchFanOut(b *testing.B) {
 				}
 			})
 		}
+	}
+}
+
+// wchp and wchc list the data watches, then the child watches, as
+// ZooKeeper's do: exists among the data watches, a persistent one in both.
+func TestWatchDump(t *testing.T) {
+	wm := newWatchManager()
+	a, b := &countingWatcher{sid: 0x1a}, &countingWatcher{sid: 0x2b}
+	wm.add(watchData, "/x", a)
+	wm.add(watchExist, "/y", b)
+	wm.add(watchData, "/y", a)
+	wm.add(watchChild, "/x", b)
+	wm.add(watchPersistent, "/p", a)
+	byPath := "/p\n\t0x1a\n/x\n\t0x1a\n/y\n\t0x1a\n\t0x2b\n" + "/p\n\t0x1a\n/x\n\t0x2b\n"
+	if got := wm.dump(true); got != byPath {
+		t.Errorf("wchp:\n%s\nwant:\n%s", got, byPath)
+	}
+	bySession := "0x1a\n\t/p\n\t/x\n\t/y\n0x2b\n\t/y\n" + "0x1a\n\t/p\n0x2b\n\t/x\n"
+	if got := wm.dump(false); got != bySession {
+		t.Errorf("wchc:\n%s\nwant:\n%s", got, bySession)
+	}
+	wm.removeOwner(a)
+	if got, want := wm.dump(true), "/y\n\t0x2b\n/x\n\t0x2b\n"; got != want {
+		t.Errorf("wchp after a connection closed:\n%s\nwant:\n%s", got, want)
 	}
 }

@@ -262,7 +262,7 @@ func TestReadFrame(t *testing.T) {
 
 func TestIsFourLetterWord(t *testing.T) {
 	for _, w := range []string{"ruok", "srvr", "stat", "mntr", "conf", "cons", "envi", "isro",
-		"wchs", "dump", "dirs", "crst", "srst"} {
+		"wchs", "wchp", "wchc", "dump", "dirs", "crst", "srst"} {
 		var b [4]byte
 		copy(b[:], w)
 		got, ok := IsFourLetterWord(b)
@@ -273,7 +273,7 @@ func TestIsFourLetterWord(t *testing.T) {
 			t.Errorf("%s reads as plausible frame length %d", w, n)
 		}
 	}
-	for _, b := range [][4]byte{{0, 0, 0, 44}, {'R', 'U', 'O', 'K'}, {'w', 'c', 'h', 'c'}} {
+	for _, b := range [][4]byte{{0, 0, 0, 44}, {'R', 'U', 'O', 'K'}, {'w', 'c', 'h', 'x'}} {
 		if got, ok := IsFourLetterWord(b); ok {
 			t.Errorf("%q recognised as %q", b, got)
 		}

@@ -83,6 +83,10 @@ func IsFourLetterWord(first4 [4]byte) (string, bool) {
 		return "isro", true
 	case "wchs":
 		return "wchs", true
+	case "wchp":
+		return "wchp", true
+	case "wchc":
+		return "wchc", true
 	case "dump":
 		return "dump", true
 	case "dirs":

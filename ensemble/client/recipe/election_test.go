@@ -417,9 +417,8 @@ func (b recipeBackend) connectTo(t *testing.T, servers ...string) *client.Client
 }
 
 // awaitWatches waits until the watches held match want: each path's
-// watching sessions, and no other path watched. Apache ZooKeeper lists
-// them (wchp); a coordrun member reports only its count (mntr), which is
-// checked instead.
+// watching sessions, and no other path watched, as every member lists
+// them (wchp).
 func (b recipeBackend) awaitWatches(t *testing.T, want map[string][]int64) {
 	t.Helper()
 	total := 0
@@ -441,22 +440,15 @@ func (b recipeBackend) awaitWatches(t *testing.T, want map[string][]int64) {
 		return out
 	}
 	var got string
+	// Watches are each member's own (a session's sit where it is
+	// connected): wchp of every member, merged.
 	held := func() bool {
-		if b.name == "zookeeper" {
-			got = fmt.Sprint(watchesByPath(word(b.servers[0], "wchp")))
-			return got == fmt.Sprint(wantText)
-		}
-		n := 0
+		var all strings.Builder
 		for _, addr := range b.servers {
-			for _, line := range strings.Split(word(addr, "mntr"), "\n") {
-				var v int
-				if _, err := fmt.Sscanf(line, "zk_watch_count\t%d", &v); err == nil {
-					n += v
-				}
-			}
+			all.WriteString(word(addr, "wchp"))
 		}
-		got = fmt.Sprint(n, " watches")
-		return n == total
+		got = fmt.Sprint(watchesByPath(all.String()))
+		return got == fmt.Sprint(wantText)
 	}
 	if !testkit.Poll(10*time.Second, held) {
 		t.Fatalf("watches: got %s, want %v (%d in all)", got, wantText, total)
@@ -470,8 +462,12 @@ func watchesByPath(out string) map[string]string {
 	for _, line := range strings.Split(out, "\n") {
 		switch {
 		case strings.HasPrefix(line, "/"):
+			// A path in both tables (data, child) or on several
+			// members: the union of its watchers.
 			cur = strings.TrimSpace(line)
-			m[cur] = nil
+			if _, ok := m[cur]; !ok {
+				m[cur] = nil
+			}
 		case strings.TrimSpace(line) != "" && cur != "":
 			m[cur] = append(m[cur], strings.TrimSpace(line))
 		}
