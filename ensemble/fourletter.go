@@ -78,9 +78,13 @@ func (m *Member) fourLetter(word string, nc net.Conn) {
 		}
 	case "envi":
 		out = m.envi()
-	case "wchp", "wchc":
-		out = notServing
-		if serving {
+	case "wchp", "wchc", "wchs":
+		switch {
+		case !serving:
+			out = notServing
+		case word == "wchs":
+			out = m.watch.summary()
+		default:
 			out = m.watch.dump(word == "wchp")
 		}
 	case statusWord:

@@ -131,48 +131,68 @@ func (w *watchManager) removeOwner(o watcher) {
 	}
 }
 
-// dump lists the watches as ZooKeeper's wchp (byPath) and wchc do: its
-// data watches, then its child watches, each table a path (or a session)
-// a line followed by the sessions (or paths) watching it, indented by a
-// tab. Exists watches are data watches there, and persistent and
-// recursive ones sit in both tables. Sorted, where ZooKeeper's order is
-// its hash maps'.
+// dataTableKinds are the watches ZooKeeper keeps in its data-watch table,
+// the one its wchs, wchp and wchc report: data and exists watches, and
+// persistent and recursive ones (which sit in its child table too). Child
+// watches are in none of those words' answers.
+var dataTableKinds = []watchKind{watchData, watchExist, watchPersistent, watchRecursive}
+
+// dataTable is the data-watch table: path → the sessions watching it, and
+// session → its watched paths, as session ids in ZooKeeper's 0x form.
+// Under mu.
+func (w *watchManager) dataTable() (byPath, bySession map[string]map[string]struct{}) {
+	byPath, bySession = map[string]map[string]struct{}{}, map[string]map[string]struct{}{}
+	add := func(m map[string]map[string]struct{}, key, item string) {
+		if m[key] == nil {
+			m[key] = map[string]struct{}{}
+		}
+		m[key][item] = struct{}{}
+	}
+	for _, k := range dataTableKinds {
+		for p, set := range w.byKind[k] {
+			for o := range set {
+				sid := fmt.Sprintf("0x%x", o.sessionID())
+				add(byPath, p, sid)
+				add(bySession, sid, p)
+			}
+		}
+	}
+	return byPath, bySession
+}
+
+// dump answers wchp (byPath) and wchc as ZooKeeper 3.8 does: a path (or
+// a session) a line, the sessions (or paths) watching it below, indented
+// by a tab, then an empty line. Sorted, where ZooKeeper's order is its
+// hash maps'.
 func (w *watchManager) dump(byPath bool) string {
-	tables := [2][]watchKind{
-		{watchData, watchExist, watchPersistent, watchRecursive},
-		{watchChild, watchPersistent, watchRecursive},
+	w.mu.Lock()
+	paths, sessions := w.dataTable()
+	w.mu.Unlock()
+	groups := sessions
+	if byPath {
+		groups = paths
 	}
 	var b strings.Builder
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	for _, kinds := range tables {
-		groups := map[string]map[string]struct{}{}
-		add := func(key, item string) {
-			if groups[key] == nil {
-				groups[key] = map[string]struct{}{}
-			}
-			groups[key][item] = struct{}{}
-		}
-		for _, k := range kinds {
-			for p, set := range w.byKind[k] {
-				for o := range set {
-					sid := fmt.Sprintf("0x%x", o.sessionID())
-					if byPath {
-						add(p, sid)
-					} else {
-						add(sid, p)
-					}
-				}
-			}
-		}
-		for _, key := range slices.Sorted(maps.Keys(groups)) {
-			b.WriteString(key + "\n")
-			for _, item := range slices.Sorted(maps.Keys(groups[key])) {
-				b.WriteString("\t" + item + "\n")
-			}
+	for _, key := range slices.Sorted(maps.Keys(groups)) {
+		b.WriteString(key + "\n")
+		for _, item := range slices.Sorted(maps.Keys(groups[key])) {
+			b.WriteString("\t" + item + "\n")
 		}
 	}
+	b.WriteString("\n")
 	return b.String()
+}
+
+// summary answers wchs as ZooKeeper 3.8 does.
+func (w *watchManager) summary() string {
+	w.mu.Lock()
+	paths, sessions := w.dataTable()
+	w.mu.Unlock()
+	total := 0
+	for _, set := range paths {
+		total += len(set)
+	}
+	return fmt.Sprintf("%d connections watching %d paths\nTotal watches:%d\n", len(sessions), len(paths), total)
 }
 
 // hasAny reports whether o has any watch registered.

@@ -145,8 +145,10 @@ func BenchmarkWatchFanOut(b *testing.B) {
 	}
 }
 
-// wchp and wchc list the data watches, then the child watches, as
-// ZooKeeper's do: exists among the data watches, a persistent one in both.
+// wchs, wchp and wchc report the data-watch table as ZooKeeper 3.8's
+// do (the layout taken from a real 3.8 server): exists and persistent
+// watches among them, child watches not; wchp and wchc end with an empty
+// line.
 func TestWatchDump(t *testing.T) {
 	wm := newWatchManager()
 	a, b := &countingWatcher{sid: 0x1a}, &countingWatcher{sid: 0x2b}
@@ -154,17 +156,19 @@ func TestWatchDump(t *testing.T) {
 	wm.add(watchExist, "/y", b)
 	wm.add(watchData, "/y", a)
 	wm.add(watchChild, "/x", b)
+	wm.add(watchChild, "/c", b)
 	wm.add(watchPersistent, "/p", a)
-	byPath := "/p\n\t0x1a\n/x\n\t0x1a\n/y\n\t0x1a\n\t0x2b\n" + "/p\n\t0x1a\n/x\n\t0x2b\n"
-	if got := wm.dump(true); got != byPath {
-		t.Errorf("wchp:\n%s\nwant:\n%s", got, byPath)
-	}
-	bySession := "0x1a\n\t/p\n\t/x\n\t/y\n0x2b\n\t/y\n" + "0x1a\n\t/p\n0x2b\n\t/x\n"
-	if got := wm.dump(false); got != bySession {
-		t.Errorf("wchc:\n%s\nwant:\n%s", got, bySession)
+	for _, c := range []struct{ word, got, want string }{
+		{"wchp", wm.dump(true), "/p\n\t0x1a\n/x\n\t0x1a\n/y\n\t0x1a\n\t0x2b\n\n"},
+		{"wchc", wm.dump(false), "0x1a\n\t/p\n\t/x\n\t/y\n0x2b\n\t/y\n\n"},
+		{"wchs", wm.summary(), "2 connections watching 3 paths\nTotal watches:4\n"},
+	} {
+		if c.got != c.want {
+			t.Errorf("%s:\n%q\nwant:\n%q", c.word, c.got, c.want)
+		}
 	}
 	wm.removeOwner(a)
-	if got, want := wm.dump(true), "/y\n\t0x2b\n/x\n\t0x2b\n"; got != want {
-		t.Errorf("wchp after a connection closed:\n%s\nwant:\n%s", got, want)
+	if got, want := wm.dump(true), "/y\n\t0x2b\n\n"; got != want {
+		t.Errorf("wchp after a connection closed: %q, want %q", got, want)
 	}
 }
