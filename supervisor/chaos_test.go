@@ -127,19 +127,28 @@ func TestChaosSingleton(t *testing.T) {
 		}
 	}
 	w.shutdown()
+	w.verdict(r.lock, began, nil)
+}
 
-	g, err := fencing.OpenGuard(filepath.Join(dir, chaosFence))
+// verdict checks a finished run's records (the world shut down) with
+// checkChaos, adds the problems seen meanwhile, the unexplained exits and
+// extra, logs the summary and keeps it in summary.txt, and fails the test
+// on any violation.
+func (w *chaosWorld) verdict(lock string, began time.Time, extra []string) {
+	w.t.Helper()
+	g, err := fencing.OpenGuard(filepath.Join(w.dir, chaosFence))
 	if err != nil {
-		t.Fatal(err)
+		w.t.Fatal(err)
 	}
-	rep := checkChaos(dir, w.frozen, g, r.lock)
+	rep := checkChaos(w.dir, w.frozen, g, lock)
 	rep.violations = append(w.problems, rep.violations...)
 	rep.violations = append(rep.violations, w.exitProblems()...)
+	rep.violations = append(rep.violations, extra...)
 	summary := w.summary(rep, time.Since(began))
-	t.Log("\n" + summary)
-	_ = os.WriteFile(filepath.Join(dir, "summary.txt"), []byte(summary), 0o644)
+	w.t.Log("\n" + summary)
+	_ = os.WriteFile(filepath.Join(w.dir, "summary.txt"), []byte(summary), 0o644)
 	if len(rep.violations) > 0 {
-		t.Errorf("%d violations:\n%s", len(rep.violations), strings.Join(rep.violations, "\n"))
+		w.t.Errorf("%d violations:\n%s", len(rep.violations), strings.Join(rep.violations, "\n"))
 	}
 }
 

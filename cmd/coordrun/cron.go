@@ -264,23 +264,23 @@ func printCronCheck(w io.Writer, file string, jobs []*supervisor.CronJob, now ti
 
 // jobSpec is one entry of a jobs file.
 type jobSpec struct {
-	Name         string    `yaml:"name"`
-	Schedule     string    `yaml:"schedule"`
-	Command      yaml.Node `yaml:"command"`
-	TZ           string    `yaml:"tz"`
-	Overlap      string    `yaml:"overlap"`
-	CatchUp      string    `yaml:"catch-up"`
-	History      int       `yaml:"history"`
-	HistorySucc  int       `yaml:"history-success"`
-	HistoryFail  int       `yaml:"history-failed"`
-	RetryLost    int       `yaml:"retry-lost"`
-	RetryFailed  int       `yaml:"retry-failed"`
-	RetryBackoff string    `yaml:"retry-backoff"`
-	OnSuccess    yaml.Node `yaml:"on-success"`
-	OnFailure    yaml.Node `yaml:"on-failure"`
-	MaxRuntime   string    `yaml:"max-runtime"`
-	Jitter       string    `yaml:"jitter"`
-	OutputBytes  *int      `yaml:"output-bytes"`
+	Name           string    `yaml:"name"`
+	Schedule       string    `yaml:"schedule"`
+	Command        yaml.Node `yaml:"command"`
+	TZ             string    `yaml:"tz"`
+	Overlap        string    `yaml:"overlap"`
+	CatchUp        string    `yaml:"catch-up"`
+	History        int       `yaml:"history"`
+	HistorySuccess int       `yaml:"history-success"`
+	HistoryFailed  int       `yaml:"history-failed"`
+	RetryLost      int       `yaml:"retry-lost"`
+	RetryFailed    int       `yaml:"retry-failed"`
+	RetryBackoff   string    `yaml:"retry-backoff"`
+	OnSuccess      yaml.Node `yaml:"on-success"`
+	OnFailure      yaml.Node `yaml:"on-failure"`
+	MaxRuntime     string    `yaml:"max-runtime"`
+	Jitter         string    `yaml:"jitter"`
+	OutputBytes    *int      `yaml:"output-bytes"`
 }
 
 // loadJobsFile reads a jobs file, naming the line of the first problem.
@@ -328,7 +328,7 @@ func loadJobsFile(file string) ([]*supervisor.CronJob, error) {
 		}
 		seen[s.Name] = n.Line
 		j := &supervisor.CronJob{Name: s.Name, Spec: s.Schedule, TZ: s.TZ, Overlap: s.Overlap, History: s.History, RetryLost: s.RetryLost,
-			HistorySuccess: s.HistorySucc, HistoryFailed: s.HistoryFail,
+			HistorySuccess: s.HistorySuccess, HistoryFailed: s.HistoryFailed,
 			OutputBytes: 64 << 10}
 		if s.OutputBytes != nil {
 			j.OutputBytes = *s.OutputBytes
