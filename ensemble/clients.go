@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"encoding/binary"
-	"errors"
 	"io"
 	"net"
 	"sync"
@@ -19,33 +18,32 @@ import (
 // set of connections. The connection itself is conn.go's.
 
 func (m *Member) acceptClients() {
-	defer m.acceptEnded.Store(true)
-	for {
-		nc, err := m.client.Accept()
-		if err != nil {
-			if m.ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
-				return
-			}
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				continue
-			}
-			m.log.Error("client accept", "err", err)
-			return
-		}
+	acceptLoop(m.client, &m.clientAccept, m.ctx.Done(), m.log, func(nc net.Conn) {
 		if tc, ok := nc.(*net.TCPConn); ok {
 			_ = tc.SetNoDelay(true)
 		}
+		remote := nc.RemoteAddr()
+		if !m.perAddr.take(remote) {
+			nc.Close()
+			m.bounds.connsRefused.Add(1)
+			if ip, _ := addrIP(remote); m.bounds.logged.allow("conns", ip.String(), time.Now()) {
+				m.log.Warn("client connection refused: too many from its address",
+					"remote", remote.String(), "max", m.cfg.MaxClientConns, "setting", "--max-client-conns")
+			}
+			return
+		}
 		if !m.clients.accept(nc) {
-			continue
+			m.perAddr.release(remote)
+			return
 		}
 		m.stats.connections.Add(1)
 		m.tr.Go(func() {
 			defer m.stats.connections.Add(-1)
+			defer m.perAddr.release(remote)
 			defer m.clients.done(nc)
 			m.serveClient(nc)
 		})
-	}
+	})
 }
 
 // serveClient runs one client connection from its first bytes to close.
@@ -54,7 +52,7 @@ func (m *Member) serveClient(nc net.Conn) {
 	// Small: it is held for the connection's life, and requests are small;
 	// a frame larger than it is read into the frame's buffer directly.
 	r := bufio.NewReaderSize(nc, 4<<10)
-	_ = nc.SetReadDeadline(time.Now().Add(m.cfg.MaxSessionTimeout))
+	_ = nc.SetReadDeadline(time.Now().Add(m.cfg.connectTimeout))
 	var first [4]byte
 	if _, err := io.ReadFull(r, first[:]); err != nil {
 		return
@@ -78,8 +76,12 @@ func (m *Member) serveClient(nc net.Conn) {
 		return
 	}
 	n := int(int32(binary.BigEndian.Uint32(first[:])))
-	if n < 0 || n > m.env.maxFrame {
-		m.log.Debug("bad connect frame length", "remote", nc.RemoteAddr().String(), "len", n)
+	if n < 0 || n > maxConnectFrame {
+		// Closed before anything is allocated for it: a connection that
+		// has proved nothing may not make the member hold a frame of
+		// the full request size.
+		m.bounds.connectRefused.Add(1)
+		m.log.Debug("bad connect frame length", "remote", nc.RemoteAddr().String(), "len", n, "max", maxConnectFrame)
 		return
 	}
 	body := make([]byte, n)

@@ -81,6 +81,10 @@ type Config struct {
 	MinSessionTimeout time.Duration // default 2 ticks (4s with ZooKeeper's 2s tick)
 	MaxSessionTimeout time.Duration // default 40s
 	MaxDataBytes      int           // largest znode data; default 1 MiB like jute.maxbuffer
+	// MaxClientConns caps the client connections open from one IP
+	// address, as ZooKeeper's maxClientCnxns does; more are closed at
+	// once. Default 60 (ZooKeeper's); negative: no cap.
+	MaxClientConns int
 
 	// Raft timing. Loopback and LAN ensembles fail over faster with smaller
 	// values; the defaults suit a LAN.
@@ -120,6 +124,9 @@ type Config struct {
 	PeerListener   net.Listener
 	ClientListener net.Listener
 
+	// connectTimeout is how long a new client connection has to send its
+	// connect request; default connectTimeout (limits.go).
+	connectTimeout time.Duration
 	// commitTimeout overrides raft's CommitTimeout (tests: a long one shows
 	// that followers learn commits from the commit pusher).
 	commitTimeout time.Duration
@@ -133,6 +140,7 @@ const (
 	defaultMinSessionTimeout = 4 * time.Second
 	defaultMaxSessionTimeout = 40 * time.Second
 	defaultMaxData           = 1 << 20
+	defaultMaxClientConns    = 60
 )
 
 // ErrConfig marks an invalid Config; every such error is a *ConfigError.
@@ -190,6 +198,12 @@ func (c *Config) setDefaults() error {
 	}
 	if c.MaxDataBytes < 0 {
 		return configError("MaxDataBytes", "max data bytes must be positive")
+	}
+	if c.MaxClientConns == 0 {
+		c.MaxClientConns = defaultMaxClientConns
+	}
+	if c.connectTimeout == 0 {
+		c.connectTimeout = connectTimeout
 	}
 	if c.HeartbeatTimeout == 0 {
 		c.HeartbeatTimeout = 300 * time.Millisecond

@@ -9,6 +9,7 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"sync"
@@ -70,8 +71,9 @@ type connEnv struct {
 	host  host
 	ctx   context.Context // ends when the member closes
 	log   *slog.Logger
-	stats *requestStats
-	tr    *tracker
+	stats  *requestStats
+	bounds *limitStats
+	tr     *tracker
 
 	limits     zk.Limits
 	maxFrame   int // largest request frame accepted
@@ -96,7 +98,8 @@ type conn struct {
 	timeout time.Duration
 	remote  string
 
-	auth  []tree.Identity // replaced, never mutated: slots keep a snapshot
+	auth  []tree.Identity // ids.List() as of the last auth: slots keep it
+	ids   *zk.Identities  // the reader's; auth is its list
 	slots chan slot
 	// sharedAuth is auth for other goroutines: the FSM checks watch
 	// notifications against it. The reader goroutine alone writes both.
@@ -181,7 +184,8 @@ func newConn(env *connEnv, nc net.Conn, session int64, timeout time.Duration) *c
 			env.log.Debug("client authenticated by its certificate", "remote", c.remote, "session", session, "ids", c.certIDs)
 		}
 	}
-	c.setAuth(append([]tree.Identity{{Scheme: "ip", ID: host}}, c.certIDs...))
+	c.ids = zk.NewIdentities(append([]tree.Identity{{Scheme: "ip", ID: host}}, c.certIDs...)...)
+	c.setAuth(c.ids.List())
 	c.viewRead = c.runCurrent
 	return c
 }
@@ -400,12 +404,12 @@ func (c *conn) start(hdr wire.RequestHeader, d *wire.Decoder) (slot, error) {
 		return slot{finish: func() []byte { return zk.OKReply(xid, c.zxid()) }}, nil
 	case zk.KindAuth:
 		zxid := h.lastZxid()
-		auth, ok := zk.Auth(c.auth, c.certIDs, req.Auth)
-		if !ok {
+		if why := c.ids.Auth(c.certIDs, req.Auth); why != zk.AuthAccepted {
+			c.env.bounds.authFailed(why, c.remote, c.env.log)
 			// ZooKeeper answers AuthFailed and ends the connection.
 			return slot{closeAfter: true, finish: func() []byte { return zk.ErrorReply(xid, zxid, wire.ErrAuthFailed) }}, nil
 		}
-		c.setAuth(auth)
+		c.setAuth(c.ids.List())
 		return slot{finish: func() []byte { return zk.OKReply(xid, zxid) }}, nil
 	case zk.KindCloseSession:
 		c.selfClose.Store(true)
@@ -573,6 +577,13 @@ func (c *conn) runCurrent(t *tree.Tree, zxid int64) {
 func (c *conn) runRead(t *tree.Tree, zxid int64, s *slot) []byte {
 	res := &c.read
 	zk.Read(t, zk.Session{ID: c.session, Auth: s.read.auth}, &s.read.req, zxid, res)
+	if res.TooLarge {
+		c.env.bounds.repliesRefused.Add(1)
+		if c.env.bounds.logged.allow("reply", c.remote, time.Now()) {
+			c.env.log.Warn("reply too large; answered MARSHALLINGERROR", "remote", c.remote,
+				"session", fmt.Sprintf("0x%x", c.session), "op", s.read.req.Op, "max_bytes", zk.MaxReply)
+		}
+	}
 	w := c.env.host.watches()
 	for _, reg := range res.Watches {
 		w.add(reg.Kind, reg.Path, c)

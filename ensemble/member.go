@@ -53,10 +53,12 @@ type Member struct {
 	track *sessionTracker // session deadlines; only the leader's count
 	relay *livenessRelay
 
-	client      net.Listener
-	clients     *clientSet
-	env         *connEnv
-	acceptEnded atomic.Bool // the client accept loop returned; Live fails from then on
+	client       net.Listener
+	clients      *clientSet
+	env          *connEnv
+	clientAccept acceptState // the client port's accept loop; Live reads it
+	perAddr      *addrLimit  // client connections per remote IP
+	bounds       limitStats  // what the bounds on clients refused
 
 	stats   *requestStats
 	metrics *metrics
@@ -92,12 +94,14 @@ func Start(cfg Config) (*Member, error) {
 		watch:   newWatchManager(),
 		track:   newSessionTracker(time.Now),
 		clients: newClientSet(),
+		perAddr: newAddrLimit(cfg.MaxClientConns),
 		stats:   newRequestStats(),
 		ready:   make(chan struct{}),
 		started: time.Now().UTC().Truncate(time.Millisecond),
 
 		handshakes: make(chan struct{}, maxHandshakes),
 	}
+	m.clientAccept.port = "client"
 	m.ctx, m.cancel = context.WithCancel(context.Background())
 	m.metrics = newMetrics(m.metricSources())
 	m.fsm.afterApply = m.afterApply
@@ -110,6 +114,7 @@ func Start(cfg Config) (*Member, error) {
 		log:        m.log,
 		stats:      m.stats,
 		tr:         &m.tr,
+		bounds:     &m.bounds,
 		limits:     zk.Limits{MaxData: cfg.MaxDataBytes},
 		maxFrame:   cfg.MaxDataBytes + 64<<10, // room for the path, ACLs and headers around the data
 		minTimeout: cfg.MinSessionTimeout,
@@ -123,6 +128,8 @@ func Start(cfg Config) (*Member, error) {
 		m.tr.Wait()
 		return nil, err
 	}
+	// The peer port's accept loop is known once raft runs.
+	m.metrics.reg.MustRegister(m.bounds.collectors(&m.clientAccept, &m.mux.accepts)...)
 	ln := cfg.ClientListener
 	if ln == nil {
 		var err error
@@ -257,7 +264,8 @@ func (m *Member) Ready() error {
 }
 
 // Live is a cheap check that the member still does its basic work, for
-// the systemd watchdog and /healthz: the client port accepts and answers
+// the systemd watchdog and /healthz: both ports accept (neither accept
+// loop is backing off on errors such as EMFILE), the client port answers
 // ruok, and the state machine is not wedged (a view of it can be had
 // before ctx ends). It says nothing about quorum; see Ready.
 //
@@ -268,8 +276,10 @@ func (m *Member) Live(ctx context.Context) error {
 	if m.ctx.Err() != nil {
 		return ErrClosed
 	}
-	if m.acceptEnded.Load() {
-		return errors.New("client port: accept loop ended")
+	for _, a := range []*acceptState{&m.clientAccept, &m.mux.accepts} {
+		if err := a.err(); err != nil {
+			return err
+		}
 	}
 	if m.cfg.ClientTLS == nil {
 		if err := m.ruok(ctx); err != nil {

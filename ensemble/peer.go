@@ -1,7 +1,6 @@
 package ensemble
 
 import (
-	"errors"
 	"io"
 	"log/slog"
 	"net"
@@ -29,6 +28,7 @@ type peerMux struct {
 	log     *slog.Logger
 	tr      *tracker
 	closed  chan struct{}
+	accepts acceptState // the accept loop's; port set by serve
 	once    sync.Once
 	tls     *peerTLS // dialing side of peer TLS; nil: plaintext
 
@@ -66,25 +66,12 @@ func (m *peerMux) release(c net.Conn) {
 }
 
 func (m *peerMux) serve() {
-	for {
-		c, err := m.ln.Accept()
-		if err != nil {
-			select {
-			case <-m.closed:
-				return
-			default:
-			}
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				continue
-			}
-			m.log.Error("peer accept", "err", err)
-			return
-		}
+	m.accepts.port = "peer"
+	acceptLoop(m.ln, &m.accepts, m.closed, m.log, func(c net.Conn) {
 		if m.hold(c) {
 			m.tr.Go(func() { m.route(c) })
 		}
-	}
+	})
 }
 
 func (m *peerMux) route(c net.Conn) {

@@ -19,10 +19,30 @@ import (
 var ErrMalformed = errors.New("wire: malformed record")
 
 // Encoder appends jute-encoded values to a byte slice. Encoding cannot fail:
-// the slice grows as needed.
+// the slice grows as needed, up to the limit set with Limit.
 type Encoder struct {
 	buf    []byte
 	framed bool
+	limit  int  // 0: none; see Limit
+	over   bool // a write passed limit; later variable-size writes are dropped
+}
+
+// Limit bounds what the encoder holds to about n bytes: once its contents
+// pass n, Over reports true and strings, buffers and string vectors are
+// no longer appended, so a reply that would be huge costs at most n plus
+// one value before its builder notices and answers an error instead.
+// The result is no valid record then; n <= 0 means no limit.
+func (e *Encoder) Limit(n int) { e.limit = n }
+
+// Over reports whether the contents passed the limit.
+func (e *Encoder) Over() bool { return e.over }
+
+// full records and reports whether the contents passed the limit.
+func (e *Encoder) full() bool {
+	if !e.over && e.limit > 0 && len(e.buf) > e.limit {
+		e.over = true
+	}
+	return e.over
 }
 
 // NewEncoder returns an encoder that writes a bare record body into buf's
@@ -42,6 +62,7 @@ func NewFrameEncoder(buf []byte) *Encoder {
 // a connection reuse one encoder for all its replies.
 func (e *Encoder) Reset() {
 	e.buf = e.buf[:0]
+	e.over = false
 	if e.framed {
 		e.buf = append(e.buf, 0, 0, 0, 0)
 	}
@@ -70,6 +91,9 @@ func (e *Encoder) Buffer(b []byte) {
 		return
 	}
 	e.Int(int32(len(b)))
+	if e.full() {
+		return
+	}
 	e.buf = append(e.buf, b...)
 }
 
@@ -77,6 +101,9 @@ func (e *Encoder) Buffer(b []byte) {
 // string is written as length 0.
 func (e *Encoder) String(s string) {
 	e.Int(int32(len(s)))
+	if e.full() {
+		return
+	}
 	e.buf = append(e.buf, s...)
 }
 
@@ -89,6 +116,9 @@ func (e *Encoder) Strings(s []string) {
 	}
 	e.Int(int32(len(s)))
 	for _, v := range s {
+		if e.full() {
+			return
+		}
 		e.String(v)
 	}
 }

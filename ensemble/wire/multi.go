@@ -151,27 +151,38 @@ type MultiResponse struct {
 // MultiResult gets a header without a body, which Decode rejects.
 func (r *MultiResponse) Encode(e *Encoder) {
 	for i := range r.Results {
-		res := &r.Results[i]
-		encodeMultiHeader(e, res.Type, false, int32(res.Err))
-		switch res.Type {
-		case OpCreate:
-			e.String(res.Path)
-		case OpCreate2, OpCreateContainer, OpCreateTTL:
-			e.String(res.Path)
-			res.Stat.Encode(e)
-		case OpSetData:
-			res.Stat.Encode(e)
-		case OpGetData:
-			e.Buffer(res.Data)
-			res.Stat.Encode(e)
-		case OpGetChildren:
-			e.Strings(res.Children)
-		case OpError:
-			e.Int(int32(res.Err))
+		if e.full() {
+			return
 		}
+		r.Results[i].Encode(e)
 	}
-	encodeMultiHeader(e, -1, true, -1)
+	EncodeMultiEnd(e)
 }
+
+// Encode writes one result of a multi reply, so that a reply can be
+// streamed op by op; EncodeMultiEnd ends it.
+func (res *MultiResult) Encode(e *Encoder) {
+	encodeMultiHeader(e, res.Type, false, int32(res.Err))
+	switch res.Type {
+	case OpCreate:
+		e.String(res.Path)
+	case OpCreate2, OpCreateContainer, OpCreateTTL:
+		e.String(res.Path)
+		res.Stat.Encode(e)
+	case OpSetData:
+		res.Stat.Encode(e)
+	case OpGetData:
+		e.Buffer(res.Data)
+		res.Stat.Encode(e)
+	case OpGetChildren:
+		e.Strings(res.Children)
+	case OpError:
+		e.Int(int32(res.Err))
+	}
+}
+
+// EncodeMultiEnd writes the header that ends the results of a multi reply.
+func EncodeMultiEnd(e *Encoder) { encodeMultiHeader(e, -1, true, -1) }
 
 // Decode reads results up to the terminating header. For OpError results
 // the code in the body wins over the header, as in ZooKeeper's client.

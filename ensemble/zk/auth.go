@@ -19,12 +19,73 @@ func DigestID(userPass string) string {
 	return user + ":" + base64.StdEncoding.EncodeToString(sum[:])
 }
 
-// Auth applies an auth packet to the identities a connection holds (auth)
-// and returns the new set; certIDs are the identities of its verified
-// client certificate. auth is not modified: requests read before keep the
-// set they were read with. ok false is ZooKeeper's AuthFailed, after which
-// the connection ends.
-func Auth(auth, certIDs []tree.Identity, p *wire.AuthPacket) (ids []tree.Identity, ok bool) {
+// MaxIdentities bounds the identities one connection holds: its ip
+// identity, those of its certificate, and what auth packets add. Real
+// clients hold one to three; every write's transaction carries them all
+// (so that its ACL checks run, on every member, against the identities the
+// write was sent with), and without a bound a client could make each of
+// its writes as large as it liked. An auth packet that would add one more
+// is answered AuthFailed, which ends the connection.
+const MaxIdentities = 64
+
+// MaxIdentityBytes bounds the id of an identity an auth packet adds (a
+// digest's is the user name, a colon and 28 characters of hash). ZooKeeper
+// sets no bound; no real user name comes near it.
+const MaxIdentityBytes = 256
+
+// AuthRefusal says why Auth answered AuthFailed.
+type AuthRefusal uint8
+
+// Reasons for AuthFailed.
+const (
+	AuthAccepted    AuthRefusal = iota
+	AuthBadScheme               // unknown scheme, or x509 without a certificate identity
+	AuthTooMany                 // the connection holds MaxIdentities already
+	AuthTooLong                 // the identity is longer than MaxIdentityBytes
+)
+
+// Identities are the identities of one connection: a set, and the order
+// they were added in (whoAmI lists them in ZooKeeper's order, which
+// depends on it). Adding is O(1). The list is only appended to, so a
+// request keeps the identities it was read with by keeping List's slice
+// while the connection goes on adding. Not safe for concurrent use; List's
+// slices are, read-only.
+type Identities struct {
+	list []tree.Identity
+	set  map[tree.Identity]struct{}
+}
+
+// NewIdentities holds ids, duplicates dropped. They count towards
+// MaxIdentities but are not refused for it: they come from the
+// connection itself, not from what its client sent.
+func NewIdentities(ids ...tree.Identity) *Identities {
+	s := &Identities{set: make(map[tree.Identity]struct{}, len(ids))}
+	for _, id := range ids {
+		s.add(id)
+	}
+	return s
+}
+
+// List is the identities held now, in the order they were added. Later
+// additions do not change it.
+func (s *Identities) List() []tree.Identity { return slices.Clip(s.list) }
+
+// Len is how many identities are held.
+func (s *Identities) Len() int { return len(s.list) }
+
+func (s *Identities) add(id tree.Identity) {
+	if _, ok := s.set[id]; ok {
+		return
+	}
+	s.set[id] = struct{}{}
+	s.list = append(s.list, id)
+}
+
+// Auth applies an auth packet to the identities a connection holds;
+// certIDs are the identities of its verified client certificate. Anything
+// but AuthAccepted is ZooKeeper's AuthFailed, after which the connection
+// ends. An identity held already changes nothing.
+func (s *Identities) Auth(certIDs []tree.Identity, p *wire.AuthPacket) AuthRefusal {
 	switch {
 	case p.Scheme == SchemeX509:
 		// ZooKeeper's X509AuthenticationProvider ignores the payload and
@@ -32,38 +93,34 @@ func Auth(auth, certIDs []tree.Identity, p *wire.AuthPacket) (ids []tree.Identit
 		// yields identities (already held, so nothing changes), AuthFailed
 		// without one.
 		if len(certIDs) == 0 {
-			return auth, false
+			return AuthBadScheme
 		}
-		return AddIdentities(auth, certIDs...), true
+		for _, id := range certIDs {
+			s.add(id)
+		}
+		return AuthAccepted
 	case p.Scheme == "ip":
 		// ZooKeeper's IP provider ignores the payload and grants the
 		// connection's own address, which every session holds already.
-		return auth, true
+		return AuthAccepted
 	case p.Scheme != "digest":
-		return auth, false
+		return AuthBadScheme
 	}
 	// Digest credentials without a colon are taken as ZooKeeper takes
 	// them: the whole text is the user, hashed as it is.
+	user, _, _ := strings.Cut(string(p.Auth), ":")
+	if len(user)+29 > MaxIdentityBytes {
+		return AuthTooLong
+	}
 	id := tree.Identity{Scheme: "digest", ID: DigestID(string(p.Auth))}
-	ids = make([]tree.Identity, 0, len(auth)+1)
-	for _, a := range auth {
-		if a != id {
-			ids = append(ids, a)
-		}
+	if _, ok := s.set[id]; ok {
+		return AuthAccepted
 	}
-	return append(ids, id), true
-}
-
-// AddIdentities returns auth with ids appended, skipping those it holds;
-// auth itself is not modified.
-func AddIdentities(auth []tree.Identity, ids ...tree.Identity) []tree.Identity {
-	out := slices.Clip(auth)
-	for _, id := range ids {
-		if !slices.Contains(out, id) {
-			out = append(out, id)
-		}
+	if len(s.list) >= MaxIdentities {
+		return AuthTooMany
 	}
-	return out
+	s.add(id)
+	return AuthAccepted
 }
 
 // whoAmI lists the identities as ZooKeeper's whoAmI does: a digest

@@ -42,6 +42,9 @@ type Result struct {
 	// depends on the watches the member holds: Frame is nil then, and
 	// Unwatch.Reply gives it.
 	Unwatch *Unwatch
+	// TooLarge: the reply would have passed MaxReply; Frame says
+	// ErrReplyTooLarge and no watch was set.
+	TooLarge bool
 }
 
 // Reset empties r for another read, keeping its slices' storage.
@@ -85,7 +88,11 @@ func Read(t *tree.Tree, s Session, req *Request, zxid int64, res *Result) {
 	xid := req.Xid
 	switch req.Op {
 	case wire.OpExists, wire.OpGetData, wire.OpGetChildren, wire.OpGetChildren2:
-		res.Frame = readNode(t, s, req, zxid, res)
+		res.Frame, res.TooLarge = readNode(t, s, req, zxid, res)
+		if res.TooLarge {
+			// The client gets no children, so no watch on them either.
+			res.Watches = res.Watches[:0]
+		}
 	case wire.OpGetACL, wire.OpGetAllChildrenNumber, wire.OpGetEphemerals:
 		res.Frame = readPath(t, s, req, zxid)
 	case wire.OpWhoAmI:
@@ -114,7 +121,7 @@ func Read(t *tree.Tree, s Session, req *Request, zxid int64, res *Result) {
 		}
 		res.Unwatch = &Unwatch{Path: req.Path, Kinds: kinds, Remove: req.Op == wire.OpRemoveWatches, xid: xid, zxid: zxid}
 	case wire.OpMultiRead:
-		res.Frame = multiRead(t, s, req, zxid)
+		res.Frame, res.TooLarge = multiRead(t, s, req, zxid)
 	default:
 		res.Frame = ErrorReply(xid, zxid, wire.ErrUnimplemented)
 	}
@@ -126,13 +133,13 @@ func Read(t *tree.Tree, s Session, req *Request, zxid int64, res *Result) {
 // empty path names the root.
 
 // readNode runs exists, getData and getChildren(2), and sets their watches.
-func readNode(t *tree.Tree, s Session, req *Request, zxid int64, res *Result) []byte {
+func readNode(t *tree.Tree, s Session, req *Request, zxid int64, res *Result) ([]byte, bool) {
 	watch := func(k WatchKind) {
 		if req.Watch {
 			res.Watches = append(res.Watches, WatchReg{Kind: k, Path: req.Path})
 		}
 	}
-	return reply(req.Xid, zxid, func(e *wire.Encoder) wire.Code {
+	return boundedReply(req.Xid, zxid, func(e *wire.Encoder) wire.Code {
 		switch req.Op {
 		case wire.OpExists:
 			// exists checks no ACL and sets a watch whether or not the node
@@ -212,31 +219,38 @@ func readPath(t *tree.Tree, s Session, req *Request, zxid int64) []byte {
 }
 
 // multiRead runs a multiRead: each op answers on its own, as ZooKeeper
-// does, and only an op that is no read fails the whole request.
-func multiRead(t *tree.Tree, s Session, req *Request, zxid int64) []byte {
-	return reply(req.Xid, zxid, func(e *wire.Encoder) wire.Code {
-		var mr wire.MultiResponse
+// does, and only an op that is no read fails the whole request. Results
+// are encoded as they are read, so that a reply passing MaxReply stops
+// there, holding no more than one op's result besides the encoded bytes.
+func multiRead(t *tree.Tree, s Session, req *Request, zxid int64) ([]byte, bool) {
+	for _, o := range req.Ops {
+		if o.Type != wire.OpGetData && o.Type != wire.OpGetChildren {
+			return ErrorReply(req.Xid, zxid, wire.ErrBadArguments), false
+		}
+	}
+	return boundedReply(req.Xid, zxid, func(e *wire.Encoder) wire.Code {
 		for _, o := range req.Ops {
+			if e.Over() {
+				return ErrReplyTooLarge
+			}
+			var r wire.MultiResult
 			switch o.Type {
 			case wire.OpGetData:
 				data, st, err := t.Get(o.Path, s.Auth)
+				r = wire.MultiResult{Type: o.Type, Data: data, Stat: StatOf(st)}
 				if err != nil {
-					mr.Results = append(mr.Results, wire.MultiResult{Type: wire.OpError, Err: CodeOf(err)})
-					continue
+					r = wire.MultiResult{Type: wire.OpError, Err: CodeOf(err)}
 				}
-				mr.Results = append(mr.Results, wire.MultiResult{Type: o.Type, Data: data, Stat: StatOf(st)})
 			case wire.OpGetChildren:
 				kids, _, err := t.Children(o.Path, s.Auth)
+				r = wire.MultiResult{Type: o.Type, Children: kids}
 				if err != nil {
-					mr.Results = append(mr.Results, wire.MultiResult{Type: wire.OpError, Err: CodeOf(err)})
-					continue
+					r = wire.MultiResult{Type: wire.OpError, Err: CodeOf(err)}
 				}
-				mr.Results = append(mr.Results, wire.MultiResult{Type: o.Type, Children: kids})
-			default:
-				return wire.ErrBadArguments
 			}
+			r.Encode(e)
 		}
-		mr.Encode(e)
+		wire.EncodeMultiEnd(e)
 		return wire.OK
 	})
 }

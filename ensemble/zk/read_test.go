@@ -1,6 +1,7 @@
 package zk_test
 
 import (
+	"fmt"
 	"slices"
 	"strconv"
 	"strings"
@@ -200,8 +201,8 @@ func TestWhoAmI(t *testing.T) {
 }
 
 // auth adds a digest identity (once) or re-authenticates the certificate;
-// anything else is AuthFailed. The identities it was given stay as they
-// were: requests read before keep theirs.
+// anything else is AuthFailed. A list taken before stays as it was:
+// requests read before keep theirs.
 func TestAuth(t *testing.T) {
 	base := []tree.Identity{{Scheme: "ip", ID: "10.0.0.1"}}
 	certs := []tree.Identity{opsID, {Scheme: "x509", ID: "CN=h1"}}
@@ -211,28 +212,57 @@ func TestAuth(t *testing.T) {
 		certs []tree.Identity
 		p     wire.AuthPacket
 		want  []tree.Identity
-		ok    bool
+		why   zk.AuthRefusal
 	}{
-		{"digest", base, nil, wire.AuthPacket{Scheme: "digest", Auth: []byte("ann:secret")}, append(slices.Clone(base), annID), true},
-		{"digest again", append(slices.Clone(base), annID), nil, wire.AuthPacket{Scheme: "digest", Auth: []byte("ann:secret")}, append(slices.Clone(base), annID), true},
+		{"digest", base, nil, wire.AuthPacket{Scheme: "digest", Auth: []byte("ann:secret")}, append(slices.Clone(base), annID), zk.AuthAccepted},
+		{"digest again", append(slices.Clone(base), annID), nil, wire.AuthPacket{Scheme: "digest", Auth: []byte("ann:secret")}, append(slices.Clone(base), annID), zk.AuthAccepted},
 		{"digest without a colon", base, nil, wire.AuthPacket{Scheme: "digest", Auth: []byte("ann")},
-			append(slices.Clone(base), tree.Identity{Scheme: "digest", ID: zk.DigestID("ann")}), true},
-		{"ip", base, nil, wire.AuthPacket{Scheme: "ip", Auth: []byte("10.9.9.9")}, base, true},
-		{"unknown scheme", base, nil, wire.AuthPacket{Scheme: "kerberos", Auth: []byte("a:b")}, base, false},
-		{"x509 with a certificate", append(slices.Clone(base), opsID), certs, wire.AuthPacket{Scheme: "x509"}, append(slices.Clone(base), certs...), true},
-		{"x509 without one", base, nil, wire.AuthPacket{Scheme: "x509", Auth: []byte("O=ops")}, base, false},
+			append(slices.Clone(base), tree.Identity{Scheme: "digest", ID: zk.DigestID("ann")}), zk.AuthAccepted},
+		{"ip", base, nil, wire.AuthPacket{Scheme: "ip", Auth: []byte("10.9.9.9")}, base, zk.AuthAccepted},
+		{"unknown scheme", base, nil, wire.AuthPacket{Scheme: "kerberos", Auth: []byte("a:b")}, base, zk.AuthBadScheme},
+		{"x509 with a certificate", append(slices.Clone(base), opsID), certs, wire.AuthPacket{Scheme: "x509"}, append(slices.Clone(base), certs...), zk.AuthAccepted},
+		{"x509 without one", base, nil, wire.AuthPacket{Scheme: "x509", Auth: []byte("O=ops")}, base, zk.AuthBadScheme},
+		{"user name too long", base, nil, wire.AuthPacket{Scheme: "digest", Auth: []byte(strings.Repeat("u", 300) + ":pw")}, base, zk.AuthTooLong},
 	} {
-		before := slices.Clone(c.auth)
-		got, ok := zk.Auth(c.auth, c.certs, &c.p)
-		if ok != c.ok || !slices.Equal(got, c.want) {
-			t.Errorf("%s: %v %+v, want %v %+v", c.name, ok, got, c.ok, c.want)
+		ids := zk.NewIdentities(c.auth...)
+		before := ids.List()
+		why := ids.Auth(c.certs, &c.p)
+		if got := ids.List(); why != c.why || !slices.Equal(got, c.want) {
+			t.Errorf("%s: %v %+v, want %v %+v", c.name, why, got, c.why, c.want)
 		}
-		if !slices.Equal(c.auth, before) {
-			t.Errorf("%s: the identities given were modified: %+v", c.name, c.auth)
+		if !slices.Equal(before, c.auth) {
+			t.Errorf("%s: a list taken before was modified: %+v", c.name, before)
 		}
 	}
 	if id := zk.DigestID("ann:secret"); id != "ann:7RJfAeIvrl4zdj6sS2fXrQHDvHM=" {
 		t.Errorf("DigestID = %q", id)
+	}
+}
+
+// A connection holds at most MaxIdentities: one more is AuthFailed, a
+// duplicate is not, and a list taken before an addition keeps its length.
+func TestAuthCap(t *testing.T) {
+	ids := zk.NewIdentities(tree.Identity{Scheme: "ip", ID: "10.0.0.1"})
+	var lists [][]tree.Identity
+	for i := 1; i < zk.MaxIdentities; i++ {
+		lists = append(lists, ids.List())
+		if why := ids.Auth(nil, &wire.AuthPacket{Scheme: "digest", Auth: fmt.Appendf(nil, "u%d:pw", i)}); why != zk.AuthAccepted {
+			t.Fatalf("identity %d: %v", i, why)
+		}
+	}
+	if ids.Len() != zk.MaxIdentities {
+		t.Fatalf("Len = %d", ids.Len())
+	}
+	if why := ids.Auth(nil, &wire.AuthPacket{Scheme: "digest", Auth: []byte("u1:pw")}); why != zk.AuthAccepted {
+		t.Errorf("a duplicate at the cap: %v", why)
+	}
+	if why := ids.Auth(nil, &wire.AuthPacket{Scheme: "digest", Auth: []byte("one:more")}); why != zk.AuthTooMany {
+		t.Errorf("one over the cap: %v", why)
+	}
+	for i, l := range lists {
+		if len(l) != i+1 {
+			t.Errorf("list %d grew to %d", i, len(l))
+		}
 	}
 }
 

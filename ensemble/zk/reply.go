@@ -2,17 +2,45 @@ package zk
 
 import "github.com/coordrun/coordrun/ensemble/wire"
 
+// MaxReply bounds a reply frame. A read's reply is not bounded by its
+// request: a multiRead of 16 KB naming a node with many children a
+// thousand times asks for hundreds of MB. A reply that would pass this is
+// answered with ErrMarshallingError instead, after at most MaxReply bytes
+// were encoded. ZooKeeper sends such replies whole, and its clients fail
+// to read one above their jute.maxbuffer (1 MiB by default) and lose
+// the connection; an error code tells them more, and is final where a
+// lost connection invites a retry. 16 MiB is the coordrun client's own
+// read limit, so every reply it could read is still sent, child lists of
+// hundreds of thousands of nodes included.
+const MaxReply = 16 << 20
+
+// ErrReplyTooLarge is the code of a reply that would pass MaxReply.
+const ErrReplyTooLarge = wire.ErrMarshallingError
+
 // reply builds a reply frame: the header, then the body fill writes. When
 // fill returns an error code the frame is the header alone, carrying it:
 // ZooKeeper sends no body with an error.
 func reply(xid int32, zxid int64, fill func(e *wire.Encoder) wire.Code) []byte {
+	frame, _ := boundedReply(xid, zxid, fill)
+	return frame
+}
+
+// boundedReply is reply, with tooLarge set when the body passed MaxReply
+// and the frame says ErrReplyTooLarge instead.
+func boundedReply(xid int32, zxid int64, fill func(e *wire.Encoder) wire.Code) (frame []byte, tooLarge bool) {
 	e := wire.NewFrameEncoder(make([]byte, 0, 128))
+	e.Limit(MaxReply)
 	(&wire.ReplyHeader{Xid: xid, Zxid: zxid}).Encode(e)
-	if code := fill(e); code != wire.OK {
+	code := fill(e)
+	if e.Over() {
+		// A fresh frame: the encoder's storage is MaxReply large.
+		return header(xid, zxid, ErrReplyTooLarge), true
+	}
+	if code != wire.OK {
 		e.Reset()
 		(&wire.ReplyHeader{Xid: xid, Zxid: zxid, Err: code}).Encode(e)
 	}
-	return e.Frame()
+	return e.Frame(), false
 }
 
 // header is a reply without a body: code OK for the requests whose success
