@@ -68,11 +68,34 @@ func (e *Encoder) Reset() {
 	}
 }
 
+// grow makes room for n more bytes. It doubles the storage instead of
+// leaving that to append, which grows a large slice by a quarter at a
+// time and so copies a large reply about five times over; and it does
+// not grow the storage far past the limit, if there is one.
+func (e *Encoder) grow(n int) {
+	if cap(e.buf)-len(e.buf) >= n {
+		return
+	}
+	c := max(2*cap(e.buf), len(e.buf)+n, 64)
+	if e.limit > 0 {
+		c = min(c, max(e.limit+64, len(e.buf)+n))
+	}
+	b := make([]byte, len(e.buf), c)
+	copy(b, e.buf)
+	e.buf = b
+}
+
 // Int writes a jute int.
-func (e *Encoder) Int(v int32) { e.buf = binary.BigEndian.AppendUint32(e.buf, uint32(v)) }
+func (e *Encoder) Int(v int32) {
+	e.grow(4)
+	e.buf = binary.BigEndian.AppendUint32(e.buf, uint32(v))
+}
 
 // Long writes a jute long.
-func (e *Encoder) Long(v int64) { e.buf = binary.BigEndian.AppendUint64(e.buf, uint64(v)) }
+func (e *Encoder) Long(v int64) {
+	e.grow(8)
+	e.buf = binary.BigEndian.AppendUint64(e.buf, uint64(v))
+}
 
 // Bool writes a jute boolean as a single 0 or 1 byte.
 func (e *Encoder) Bool(v bool) {
@@ -94,6 +117,7 @@ func (e *Encoder) Buffer(b []byte) {
 	if e.full() {
 		return
 	}
+	e.grow(len(b))
 	e.buf = append(e.buf, b...)
 }
 
@@ -104,6 +128,7 @@ func (e *Encoder) String(s string) {
 	if e.full() {
 		return
 	}
+	e.grow(len(s))
 	e.buf = append(e.buf, s...)
 }
 

@@ -2,6 +2,7 @@ package zk_test
 
 import (
 	"fmt"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -520,5 +521,59 @@ func TestWhoAmIOrderAsZooKeeper(t *testing.T) {
 		if !slices.Equal(got, c.want) {
 			t.Errorf("whoAmI of %v = %v, want %v", c.auth, got, c.want)
 		}
+	}
+}
+
+// A read whose reply would pass MaxReply is answered MARSHALLINGERROR,
+// after encoding about MaxReply at most: the review's amplification, a
+// multiRead of a thousand getChildren of a node with 19,000 children,
+// asked for about 200 MB from a 16 KB request. A getChildren that fits
+// is answered whole, and one that does not sets no watch.
+func TestReplyBound(t *testing.T) {
+	f := newFixture(t)
+	s := f.session()
+	f.create(s, "/m", nil)
+	name := strings.Repeat("c", 20)
+	for i := range 19_000 {
+		f.create(s, "/m/"+name+strconv.Itoa(i), nil)
+	}
+	ops := make([]wire.MultiOp, 1000)
+	for i := range ops {
+		ops[i] = wire.MultiOp{Type: wire.OpGetChildren, Path: "/m"}
+	}
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	h, _, res := f.read(s, wire.OpMultiRead, &wire.MultiRequest{Ops: ops})
+	runtime.ReadMemStats(&after)
+	if h.Err != wire.ErrMarshallingError || !res.TooLarge || len(res.Frame) != 20 {
+		t.Fatalf("multiRead of 1000 child lists: %v, too large %v, %d bytes", h.Err, res.TooLarge, len(res.Frame))
+	}
+	// The encoder's doublings come to twice the bound; one child list
+	// per op read besides (the tree's strings are shared).
+	if alloc := after.TotalAlloc - before.TotalAlloc; alloc > 4*zk.MaxReply {
+		t.Errorf("multiRead allocated %d MiB to refuse, bound %d MiB", alloc>>20, zk.MaxReply>>20)
+	}
+	h, d, res := f.read(s, wire.OpGetChildren, &wire.PathWatchRequest{Path: "/m", Watch: true})
+	var gc wire.GetChildrenResponse
+	if h.Err != wire.OK || gc.Decode(d) != nil || len(gc.Children) != 19_000 || len(res.Watches) != 1 {
+		t.Fatalf("getChildren that fits: %v, %d children, watches %v", h.Err, len(gc.Children), res.Watches)
+	}
+	few := make([]wire.MultiOp, 3)
+	for i := range few {
+		few[i] = wire.MultiOp{Type: wire.OpGetChildren, Path: "/m"}
+	}
+	var mr wire.MultiResponse
+	if h, d, _ := f.read(s, wire.OpMultiRead, &wire.MultiRequest{Ops: few}); h.Err != wire.OK || mr.Decode(d) != nil || len(mr.Results) != 3 {
+		t.Fatalf("multiRead that fits: %v, %d results", h.Err, len(mr.Results))
+	}
+	// One list that alone is larger than the bound: 800,000 bytes of
+	// names under /big, 25 of them.
+	f.create(s, "/big", nil)
+	long := strings.Repeat("n", 700_000)
+	for i := range 25 {
+		f.create(s, "/big/"+long+strconv.Itoa(i), nil)
+	}
+	if h, _, res := f.read(s, wire.OpGetChildren2, &wire.PathWatchRequest{Path: "/big", Watch: true}); h.Err != wire.ErrMarshallingError || len(res.Watches) != 0 {
+		t.Errorf("getChildren2 over the bound: %v, watches %v", h.Err, res.Watches)
 	}
 }
