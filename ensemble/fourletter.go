@@ -726,8 +726,8 @@ func (m *Member) conf() string {
 	fmt.Fprintf(&b, "dataDirSize=%d\n", size)
 	fmt.Fprintf(&b, "dataLogDir=%s\n", dir)
 	fmt.Fprintf(&b, "dataLogSize=%d\n", size)
-	// coordrun limits no client host's connections: ZooKeeper's 0.
-	b.WriteString("maxClientCnxns=0\n")
+	// A negative cap is none: ZooKeeper's 0.
+	fmt.Fprintf(&b, "maxClientCnxns=%d\n", max(m.cfg.MaxClientConns, 0))
 	fmt.Fprintf(&b, "minSessionTimeout=%d\n", m.cfg.MinSessionTimeout.Milliseconds())
 	fmt.Fprintf(&b, "maxSessionTimeout=%d\n", m.cfg.MaxSessionTimeout.Milliseconds())
 	// The listener's backlog is the system's: ZooKeeper's -1, unset.

@@ -45,6 +45,7 @@ from it; --peers only matters the first time.
 	f.Duration("min-session-timeout", 4*time.Second, "smallest session timeout granted")
 	f.Duration("max-session-timeout", 40*time.Second, "largest session timeout granted")
 	f.Int("max-data-bytes", 1<<20, "largest znode data accepted")
+	f.Int("max-client-conns", 60, "client connections open at once from one IP address (ZooKeeper's maxClientCnxns); 0: no cap")
 	f.Duration("heartbeat-timeout", 300*time.Millisecond, "raft heartbeat timeout: a follower that hears nothing from the leader for about 1-2x this long starts an election")
 	f.Duration("election-timeout", 300*time.Millisecond, "raft election timeout: how long a candidate waits for votes")
 	f.Uint64("snapshot-threshold", 8192, "log entries between snapshots")
@@ -105,6 +106,14 @@ func runServer(cmd *cobra.Command, _ []string) error {
 		Join:              v.GetBool("join"),
 		Restore:           v.GetString("restore"),
 		Logger:            log,
+	}
+	switch n := v.GetInt("max-client-conns"); {
+	case n < 0:
+		return usageError{fmt.Errorf("--max-client-conns %d: want a count, or 0 for no cap", n)}
+	case n == 0:
+		cfg.MaxClientConns = -1 // the Config's "no cap"; its 0 takes the default
+	default:
+		cfg.MaxClientConns = n
 	}
 	for _, s := range v.GetStringSlice("admin-from") {
 		p, err := netip.ParsePrefix(s)

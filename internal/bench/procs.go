@@ -261,6 +261,9 @@ func launchCoordrun(bin, dir string) (*system, error) {
 			"--peer-addr", fmt.Sprintf("127.0.0.1:%d", ports[2+i]),
 			"--peers", strings.Join(peers, ","),
 			"--admin-addr", m.adminAddr, "--admin-pprof",
+			// As ZooKeeper's maxClientCnxns=0 below: the workloads open
+			// thousands of sessions from this one address.
+			"--max-client-conns", "0",
 			"--log-level", "warn")
 		if err != nil {
 			return sys, err
