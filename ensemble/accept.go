@@ -2,7 +2,6 @@ package ensemble
 
 import (
 	"errors"
-	"fmt"
 	"log/slog"
 	"net"
 	"sync"
@@ -26,7 +25,6 @@ const (
 
 // acceptState is what one port's accept loop tells the rest of the member.
 type acceptState struct {
-	port   string       // "client" or "peer", for logs and Live
 	errors atomic.Int64 // accept errors, every retry counted
 
 	mu      sync.Mutex // guards failing
@@ -37,10 +35,7 @@ type acceptState struct {
 func (s *acceptState) err() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.failing == nil {
-		return nil
-	}
-	return fmt.Errorf("%s port cannot accept: %w", s.port, s.failing)
+	return s.failing
 }
 
 // fail records an accept error; true when it starts an episode.
@@ -65,13 +60,14 @@ func (s *acceptState) recovered() bool {
 // acceptLoop hands every connection ln accepts to handle, until ln is
 // closed or done is. Accept errors are retried with a growing pause and
 // logged once per episode (at its start and at its end), not per retry.
-func acceptLoop(ln net.Listener, st *acceptState, done <-chan struct{}, log *slog.Logger, handle func(net.Conn)) {
+// port names it in the log: "client" or "peer".
+func acceptLoop(port string, ln net.Listener, st *acceptState, done <-chan struct{}, log *slog.Logger, handle func(net.Conn)) {
 	var delay time.Duration
 	for {
 		nc, err := ln.Accept()
 		if err == nil {
 			if st.recovered() {
-				log.Warn(st.port + " accept recovered")
+				log.Warn(port + " accept recovered")
 			}
 			delay = 0
 			handle(nc)
@@ -91,7 +87,7 @@ func acceptLoop(ln net.Listener, st *acceptState, done <-chan struct{}, log *slo
 			continue
 		}
 		if st.fail(err) {
-			log.Error(st.port+" accept failing; retrying with backoff", "err", err)
+			log.Error(port+" accept failing; retrying with backoff", "err", err)
 		}
 		delay = nextAcceptDelay(delay)
 		t := time.NewTimer(delay)

@@ -18,7 +18,7 @@ import (
 // set of connections. The connection itself is conn.go's.
 
 func (m *Member) acceptClients() {
-	acceptLoop(m.client, &m.clientAccept, m.ctx.Done(), m.log, func(nc net.Conn) {
+	acceptLoop("client", m.client, &m.clientAccept, m.ctx.Done(), m.log, func(nc net.Conn) {
 		if tc, ok := nc.(*net.TCPConn); ok {
 			_ = tc.SetNoDelay(true)
 		}

@@ -68,7 +68,7 @@ func (l *limitStats) authFailed(why zk.AuthRefusal, remote string, log *slog.Log
 
 // collectors are the Prometheus view of the counts and of the accept
 // loops' states.
-func (l *limitStats) collectors(accepts ...*acceptState) []prometheus.Collector {
+func (l *limitStats) collectors(accepts map[string]*acceptState) []prometheus.Collector {
 	counter := func(name, help string, v *atomic.Int64, labels prometheus.Labels) prometheus.Collector {
 		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help, ConstLabels: labels},
 			func() float64 { return float64(v.Load()) })
@@ -85,8 +85,8 @@ func (l *limitStats) collectors(accepts ...*acceptState) []prometheus.Collector 
 		counter("coordrun_auth_failures_total", authHelp, &l.authTooMany, prometheus.Labels{"reason": "too_many_identities"}),
 		counter("coordrun_auth_failures_total", authHelp, &l.authTooLong, prometheus.Labels{"reason": "identity_too_long"}),
 	}
-	for _, a := range accepts {
-		labels := prometheus.Labels{"port": a.port}
+	for port, a := range accepts {
+		labels := prometheus.Labels{"port": port}
 		cs = append(cs,
 			counter("coordrun_accept_errors_total", "Failed accepts on a port (each retry counted).", &a.errors, labels),
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "coordrun_accept_failing",

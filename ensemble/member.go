@@ -101,7 +101,6 @@ func Start(cfg Config) (*Member, error) {
 
 		handshakes: make(chan struct{}, maxHandshakes),
 	}
-	m.clientAccept.port = "client"
 	m.ctx, m.cancel = context.WithCancel(context.Background())
 	m.metrics = newMetrics(m.metricSources())
 	m.fsm.afterApply = m.afterApply
@@ -129,7 +128,7 @@ func Start(cfg Config) (*Member, error) {
 		return nil, err
 	}
 	// The peer port's accept loop is known once raft runs.
-	m.metrics.reg.MustRegister(m.bounds.collectors(&m.clientAccept, &m.mux.accepts)...)
+	m.metrics.reg.MustRegister(m.bounds.collectors(map[string]*acceptState{"client": &m.clientAccept, "peer": &m.mux.accepts})...)
 	ln := cfg.ClientListener
 	if ln == nil {
 		var err error
@@ -276,10 +275,11 @@ func (m *Member) Live(ctx context.Context) error {
 	if m.ctx.Err() != nil {
 		return ErrClosed
 	}
-	for _, a := range []*acceptState{&m.clientAccept, &m.mux.accepts} {
-		if err := a.err(); err != nil {
-			return err
-		}
+	if err := m.clientAccept.err(); err != nil {
+		return fmt.Errorf("client port cannot accept: %w", err)
+	}
+	if err := m.mux.accepts.err(); err != nil {
+		return fmt.Errorf("peer port cannot accept: %w", err)
 	}
 	if m.cfg.ClientTLS == nil {
 		if err := m.ruok(ctx); err != nil {

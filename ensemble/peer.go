@@ -28,7 +28,7 @@ type peerMux struct {
 	log     *slog.Logger
 	tr      *tracker
 	closed  chan struct{}
-	accepts acceptState // the accept loop's; port set by serve
+	accepts acceptState // the accept loop's; Live reads it
 	once    sync.Once
 	tls     *peerTLS // dialing side of peer TLS; nil: plaintext
 
@@ -66,8 +66,7 @@ func (m *peerMux) release(c net.Conn) {
 }
 
 func (m *peerMux) serve() {
-	m.accepts.port = "peer"
-	acceptLoop(m.ln, &m.accepts, m.closed, m.log, func(c net.Conn) {
+	acceptLoop("peer", m.ln, &m.accepts, m.closed, m.log, func(c net.Conn) {
 		if m.hold(c) {
 			m.tr.Go(func() { m.route(c) })
 		}
