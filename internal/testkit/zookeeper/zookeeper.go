@@ -130,6 +130,9 @@ func (s *Server) Log() string {
 	return string(b)
 }
 
+// Pid is the JVM's process id, for measuring what ZooKeeper spends.
+func (s *Server) Pid() int { return s.proc.Pid() }
+
 // Stop kills ZooKeeper and removes its directory.
 func (s *Server) Stop() {
 	s.proc.Kill()
