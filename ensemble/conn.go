@@ -68,9 +68,9 @@ type host interface {
 
 // connEnv is what the connections of a member share.
 type connEnv struct {
-	host  host
-	ctx   context.Context // ends when the member closes
-	log   *slog.Logger
+	host   host
+	ctx    context.Context // ends when the member closes
+	log    *slog.Logger
 	stats  *requestStats
 	bounds *limitStats
 	tr     *tracker

@@ -38,13 +38,13 @@ const refusalLogInterval = time.Minute
 // limitStats counts what the member's bounds refused. Safe for concurrent
 // use.
 type limitStats struct {
-	connsRefused    atomic.Int64 // client connections over the per-address cap
-	connectRefused  atomic.Int64 // first frames larger than a ConnectRequest can be
-	repliesRefused  atomic.Int64 // replies that would have passed zk.MaxReply
-	authBadScheme   atomic.Int64 // auth packets answered AuthFailed: bad scheme
-	authTooMany     atomic.Int64 // ... an identity over zk.MaxIdentities
-	authTooLong     atomic.Int64 // ... an identity longer than zk.MaxIdentityBytes
-	logged          rateLog
+	connsRefused   atomic.Int64 // client connections over the per-address cap
+	connectRefused atomic.Int64 // first frames larger than a ConnectRequest can be
+	repliesRefused atomic.Int64 // replies that would have passed zk.MaxReply
+	authBadScheme  atomic.Int64 // auth packets answered AuthFailed: bad scheme
+	authTooMany    atomic.Int64 // ... an identity over zk.MaxIdentities
+	authTooLong    atomic.Int64 // ... an identity longer than zk.MaxIdentityBytes
+	logged         rateLog
 }
 
 // authFailed counts an auth packet answered AuthFailed, and logs one over

@@ -38,10 +38,10 @@ type AuthRefusal uint8
 
 // Reasons for AuthFailed.
 const (
-	AuthAccepted    AuthRefusal = iota
-	AuthBadScheme               // unknown scheme, or x509 without a certificate identity
-	AuthTooMany                 // the connection holds MaxIdentities already
-	AuthTooLong                 // the identity is longer than MaxIdentityBytes
+	AuthAccepted  AuthRefusal = iota
+	AuthBadScheme             // unknown scheme, or x509 without a certificate identity
+	AuthTooMany               // the connection holds MaxIdentities already
+	AuthTooLong               // the identity is longer than MaxIdentityBytes
 )
 
 // Identities are the identities of one connection: a set, and the order
