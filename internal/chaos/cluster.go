@@ -122,7 +122,11 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 		}
 		return -1
 	}
-	c.layout = testkit.ProcessEnsemble{Bin: c.bin, Args: append([]string{"--min-session-timeout", "2s", "--log-level", "warn"}, cfg.Args...)}
+	// Every client reaches a member through the fault proxy, from one
+	// address: the per-address cap would count them all as one host, and
+	// connections the proxy holds silent until their session ends would
+	// count against the rest.
+	c.layout = testkit.ProcessEnsemble{Bin: c.bin, Args: append([]string{"--min-session-timeout", "2s", "--log-level", "warn", "--max-client-conns", "0"}, cfg.Args...)}
 	for i := 0; i < n; i++ {
 		m := &member{idx: i, id: strconv.Itoa(i + 1), ip: memberIP(i)}
 		m.dir = filepath.Join(cfg.Dir, "member-"+m.id)
