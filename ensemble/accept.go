@@ -27,24 +27,36 @@ const (
 type acceptState struct {
 	errors atomic.Int64 // accept errors, every retry counted
 
-	mu      sync.Mutex // guards failing
+	mu      sync.Mutex // guards failing and at
 	failing error      // the error of the episode in progress; nil while accepts succeed
+	at      time.Time  // when the last accept failed
 }
 
-// err says why the port cannot accept now, or nil.
-func (s *acceptState) err() error {
+// acceptErrorFresh is how long a failed accept counts against the port:
+// longer than the longest pause between retries, so that a port that
+// keeps failing is reported throughout, and short, so that a lone error
+// (a client that reset its connection before it was accepted) on a port
+// that then sees no client for hours does not make the member look dead
+// to its watchdog.
+const acceptErrorFresh = 2 * acceptBackoffMax
+
+// err says why the port cannot accept at now, or nil.
+func (s *acceptState) err(now time.Time) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.failing == nil || now.Sub(s.at) > acceptErrorFresh {
+		return nil
+	}
 	return s.failing
 }
 
-// fail records an accept error; true when it starts an episode.
-func (s *acceptState) fail(err error) bool {
+// fail records an accept error at now; true when it starts an episode.
+func (s *acceptState) fail(err error, now time.Time) bool {
 	s.errors.Add(1)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	first := s.failing == nil
-	s.failing = err
+	s.failing, s.at = err, now
 	return first
 }
 
@@ -86,7 +98,7 @@ func acceptLoop(port string, ln net.Listener, st *acceptState, done <-chan struc
 			// A deadline set on the listener; nothing is wrong.
 			continue
 		}
-		if st.fail(err) {
+		if st.fail(err, time.Now()) {
 			log.Error(port+" accept failing; retrying with backoff", "err", err)
 		}
 		delay = nextAcceptDelay(delay)

@@ -92,7 +92,7 @@ func (l *limitStats) collectors(accepts map[string]*acceptState) []prometheus.Co
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "coordrun_accept_failing",
 				Help: "1 while a port's accepts fail and its loop backs off.", ConstLabels: labels},
 				func() float64 {
-					if a.err() != nil {
+					if a.err(time.Now()) != nil {
 						return 1
 					}
 					return 0

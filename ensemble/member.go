@@ -275,10 +275,11 @@ func (m *Member) Live(ctx context.Context) error {
 	if m.ctx.Err() != nil {
 		return ErrClosed
 	}
-	if err := m.clientAccept.err(); err != nil {
+	now := time.Now()
+	if err := m.clientAccept.err(now); err != nil {
 		return fmt.Errorf("client port cannot accept: %w", err)
 	}
-	if err := m.mux.accepts.err(); err != nil {
+	if err := m.mux.accepts.err(now); err != nil {
 		return fmt.Errorf("peer port cannot accept: %w", err)
 	}
 	if m.cfg.ClientTLS == nil {
