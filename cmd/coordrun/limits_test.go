@@ -373,3 +373,136 @@ func BenchmarkAddAuthCPU(b *testing.B) {
 		})
 	}
 }
+
+// rawConn is a session on a raw connection, for pipelined requests.
+type rawConn struct {
+	nc  net.Conn
+	r   *bufio.Reader
+	xid int32
+}
+
+func rawConnect(t *testing.T, addr string) *rawConn {
+	t.Helper()
+	nc, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { nc.Close() })
+	e := wire.NewFrameEncoder(nil)
+	(&wire.ConnectRequest{Timeout: 20000, Passwd: make([]byte, 16)}).Encode(e)
+	_ = nc.SetDeadline(time.Now().Add(2 * time.Minute))
+	if _, err := nc.Write(e.Frame()); err != nil {
+		t.Fatal(err)
+	}
+	c := &rawConn{nc: nc, r: bufio.NewReaderSize(nc, 64<<10)}
+	if _, err := wire.ReadFrame(c.r, nil, 1<<10); err != nil {
+		t.Fatalf("connect: %v", err)
+	}
+	return c
+}
+
+// frame encodes one request of c.
+func (c *rawConn) frame(op int32, body interface{ Encode(*wire.Encoder) }) []byte {
+	c.xid++
+	e := wire.NewFrameEncoder(nil)
+	(&wire.RequestHeader{Xid: c.xid, Opcode: op}).Encode(e)
+	body.Encode(e)
+	return e.Frame()
+}
+
+// replies reads n replies and returns their headers and sizes.
+func (c *rawConn) replies(t *testing.T, n int) ([]wire.ReplyHeader, []int) {
+	t.Helper()
+	var hs []wire.ReplyHeader
+	var sizes []int
+	for range n {
+		f, err := wire.ReadFrame(c.r, nil, 64<<20)
+		if err != nil {
+			t.Fatalf("reply %d of %d: %v", len(hs)+1, n, err)
+		}
+		var h wire.ReplyHeader
+		if err := h.Decode(wire.NewDecoder(f)); err != nil {
+			t.Fatal(err)
+		}
+		hs, sizes = append(hs, h), append(sizes, len(f))
+	}
+	return hs, sizes
+}
+
+// The review's multiRead probe: /m with 19,000 children, and a 16 KB
+// multiRead of 1,000 getChildren("/m") from each of two connections at
+// once. The old member built both replies whole, about 200 MB each,
+// through slices that grew a quarter at a time (RSS 1.1 GB for one, and
+// out of memory for two); now each stops at zk.MaxReply (16 MiB) and is
+// answered MARSHALLINGERROR, and the member's peak RSS stays small. A
+// multiRead that fits is still answered in full.
+func TestMultiReadAmplification(t *testing.T) {
+	m := startLimitedMember(t, 4096)
+	c := rawConnect(t, m.client)
+	var burst []byte
+	burst = append(burst, c.frame(wire.OpCreate, &wire.CreateRequest{Path: "/m", ACL: procOpenACL})...)
+	const kids = 19_000
+	for i := range kids {
+		burst = append(burst, c.frame(wire.OpCreate, &wire.CreateRequest{Path: fmt.Sprintf("/m/child-%07d", i), ACL: procOpenACL})...)
+	}
+	go func() { _, _ = c.nc.Write(burst) }()
+	hs, _ := c.replies(t, kids+1)
+	for i, h := range hs {
+		if h.Err != wire.OK {
+			t.Fatalf("create %d: %v", i, h.Err)
+		}
+	}
+	multiRead := func(c *rawConn, k int) []byte {
+		ops := make([]wire.MultiOp, k)
+		for i := range ops {
+			ops[i] = wire.MultiOp{Type: wire.OpGetChildren, Path: "/m"}
+		}
+		return c.frame(wire.OpMultiRead, &wire.MultiRequest{Ops: ops})
+	}
+	if _, err := c.nc.Write(multiRead(c, 3)); err != nil {
+		t.Fatal(err)
+	}
+	hs, sizes := c.replies(t, 1)
+	if hs[0].Err != wire.OK || sizes[0] < 3*kids*17 {
+		t.Fatalf("multiRead of 3 lists: %v, %d bytes", hs[0].Err, sizes[0])
+	}
+	before := peakRSS(t, m.p.Pid())
+	var wg sync.WaitGroup
+	for i := range 2 {
+		c := c
+		if i > 0 {
+			c = rawConnect(t, m.client)
+		}
+		req := multiRead(c, 1000)
+		if i == 0 {
+			t.Logf("multiRead request: %d bytes", len(req))
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := c.nc.Write(req); err != nil {
+				t.Error(err)
+				return
+			}
+			f, err := wire.ReadFrame(c.r, nil, 64<<20)
+			var h wire.ReplyHeader
+			if err == nil {
+				err = h.Decode(wire.NewDecoder(f))
+			}
+			if err != nil || h.Err != wire.ErrMarshallingError || len(f) != 16 { // the reply header alone
+				t.Errorf("multiRead of 1,000 lists: %v, %d bytes, %v", h.Err, len(f), err)
+			}
+		}()
+	}
+	wg.Wait()
+	peak := peakRSS(t, m.p.Pid())
+	t.Logf("peak RSS %d MiB before the two multiReads, %d MiB after", before>>20, peak>>20)
+	if peak > 300<<20 {
+		t.Errorf("member peak RSS %d MiB, bound 300 MiB", peak>>20)
+	}
+	if _, body := m.get("/metrics"); !strings.Contains(body, "coordrun_client_replies_refused_total 2") {
+		t.Errorf("refused replies not counted 2 on /metrics")
+	}
+}
+
+var procOpenACL = []wire.ACL{{Perms: wire.PermAll, ID: wire.ID{Scheme: "world", ID: "anyone"}}}
