@@ -106,7 +106,8 @@ func probeReply(w http.ResponseWriter, err error) {
 
 // ruok asks this member's own client port, the way a client reaches it.
 func (m *Member) ruok(ctx context.Context) error {
-	var d net.Dialer
+	d, done := m.probes.dialer()
+	defer done()
 	var nc net.Conn
 	var err error
 	for _, addr := range selfAddrs(m.client.Addr().String()) {

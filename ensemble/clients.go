@@ -23,7 +23,8 @@ func (m *Member) acceptClients() {
 			_ = tc.SetNoDelay(true)
 		}
 		remote := nc.RemoteAddr()
-		if !m.perAddr.take(remote) {
+		counted := m.perAddr.take(remote)
+		if !counted && !m.probes.is(remote) {
 			nc.Close()
 			m.bounds.connsRefused.Add(1)
 			if ip, _ := addrIP(remote); m.bounds.logged.allow("conns", ip.String(), time.Now()) {
@@ -32,14 +33,19 @@ func (m *Member) acceptClients() {
 			}
 			return
 		}
+		release := func() {
+			if counted {
+				m.perAddr.release(remote)
+			}
+		}
 		if !m.clients.accept(nc) {
-			m.perAddr.release(remote)
+			release()
 			return
 		}
 		m.stats.connections.Add(1)
 		m.tr.Go(func() {
 			defer m.stats.connections.Add(-1)
-			defer m.perAddr.release(remote)
+			defer release()
 			defer m.clients.done(nc)
 			m.serveClient(nc)
 		})

@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/coordrun/coordrun/ensemble/zk"
@@ -184,4 +185,76 @@ func (r *rateLog) allow(kind, key string, now time.Time) bool {
 	}
 	r.last[k] = now
 	return true
+}
+
+// selfProbes are the source ports of the member's own ruok probes (Live)
+// in flight. The per-address cap does not count them: otherwise clients
+// holding loopback's share of connections would make the member look dead
+// to its watchdog, which would restart it. Safe for concurrent use.
+type selfProbes struct {
+	mu    sync.Mutex // guards ports
+	ports map[int]struct{}
+}
+
+// is reports whether addr is the source of a probe in flight.
+func (p *selfProbes) is(addr net.Addr) bool {
+	ta, ok := addr.(*net.TCPAddr)
+	if !ok || !ta.IP.IsLoopback() {
+		return false
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	_, ok = p.ports[ta.Port]
+	return ok
+}
+
+// dialer dials a probe whose source port is known before it connects
+// (the socket is bound in Control, before connect), so that the accept
+// loop can never see the connection before it is registered. done
+// forgets the port.
+func (p *selfProbes) dialer() (d *net.Dialer, done func()) {
+	var mine []int // every port bound, one per address tried
+	d = &net.Dialer{Control: func(network, _ string, c syscall.RawConn) error {
+		var err error
+		port := -1
+		cerr := c.Control(func(fd uintptr) {
+			var sa syscall.Sockaddr = &syscall.SockaddrInet4{}
+			if network == "tcp6" {
+				sa = &syscall.SockaddrInet6{}
+			}
+			if err = syscall.Bind(int(fd), sa); err != nil {
+				return
+			}
+			if sa, err = syscall.Getsockname(int(fd)); err != nil {
+				return
+			}
+			switch a := sa.(type) {
+			case *syscall.SockaddrInet4:
+				port = a.Port
+			case *syscall.SockaddrInet6:
+				port = a.Port
+			}
+		})
+		if cerr != nil {
+			return cerr
+		}
+		if err != nil {
+			return err
+		}
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		if p.ports == nil {
+			p.ports = map[int]struct{}{}
+		}
+		p.ports[port] = struct{}{}
+		mine = append(mine, port)
+		return nil
+	}}
+	return d, func() {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		for _, port := range mine {
+			delete(p.ports, port)
+		}
+	}
 }

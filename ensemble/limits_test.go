@@ -87,6 +87,14 @@ func TestClientConnsPerAddress(t *testing.T) {
 	if !closedWithin(over, 5*time.Second) {
 		t.Fatalf("connection %d from one address was kept", max+1)
 	}
+	// The member's own liveness probe comes from loopback too, and is
+	// not refused: a full share must not make the watchdog restart it.
+	if err := m.Live(testkit.Context(t, 5*time.Second)); err != nil {
+		t.Errorf("Live with loopback at its cap: %v", err)
+	}
+	if n := len(m.probes.ports); n != 0 {
+		t.Errorf("%d probe ports left registered", n)
+	}
 	if other := dialFrom(t, "127.0.0.2", addr); !handshakeOn(t, other) {
 		t.Fatal("another address was refused")
 	}

@@ -58,6 +58,7 @@ type Member struct {
 	env          *connEnv
 	clientAccept acceptState // the client port's accept loop; Live reads it
 	perAddr      *addrLimit  // client connections per remote IP
+	probes       selfProbes  // Live's own connections, which perAddr does not count
 	bounds       limitStats  // what the bounds on clients refused
 
 	stats   *requestStats
