@@ -27,9 +27,11 @@ const (
 type acceptState struct {
 	errors atomic.Int64 // accept errors, every retry counted
 
-	mu      sync.Mutex // guards failing and at
+	mu      sync.Mutex // guards failing, at and logged
 	failing error      // the error of the episode in progress; nil while accepts succeed
 	at      time.Time  // when the last accept failed
+	logged  time.Time  // when an episode was last logged
+	quiet   bool       // the episode in progress is not logged
 }
 
 // acceptErrorFresh is how long a failed accept counts against the port:
@@ -50,28 +52,38 @@ func (s *acceptState) err(now time.Time) error {
 	return s.failing
 }
 
-// fail records an accept error at now; true when it starts an episode.
+// fail records an accept error at now; true when it starts an episode
+// to be logged. Descriptors freed and taken again make episodes flap:
+// one is logged per refusalLogInterval, the rest only counted.
 func (s *acceptState) fail(err error, now time.Time) bool {
 	s.errors.Add(1)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	first := s.failing == nil
 	s.failing, s.at = err, now
-	return first
+	if !first {
+		return false
+	}
+	s.quiet = now.Sub(s.logged) < refusalLogInterval
+	if !s.quiet {
+		s.logged = now
+	}
+	return !s.quiet
 }
 
-// recovered ends an episode; true when there was one.
+// recovered ends an episode; true when it was logged.
 func (s *acceptState) recovered() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	was := s.failing != nil
+	was := s.failing != nil && !s.quiet
 	s.failing = nil
 	return was
 }
 
 // acceptLoop hands every connection ln accepts to handle, until ln is
 // closed or done is. Accept errors are retried with a growing pause and
-// logged once per episode (at its start and at its end), not per retry.
+// logged once per episode (at its start and at its end), not per retry,
+// and at most one episode a minute.
 // port names it in the log: "client" or "peer".
 func acceptLoop(port string, ln net.Listener, st *acceptState, done <-chan struct{}, log *slog.Logger, handle func(net.Conn)) {
 	var delay time.Duration

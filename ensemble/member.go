@@ -276,12 +276,18 @@ func (m *Member) Live(ctx context.Context) error {
 	if m.ctx.Err() != nil {
 		return ErrClosed
 	}
+	// Both ports named when both fail: running out of descriptors
+	// stops every accept loop at once.
+	var stuck []error
 	now := time.Now()
 	if err := m.clientAccept.err(now); err != nil {
-		return fmt.Errorf("client port cannot accept: %w", err)
+		stuck = append(stuck, fmt.Errorf("client port cannot accept: %w", err))
 	}
 	if err := m.mux.accepts.err(now); err != nil {
-		return fmt.Errorf("peer port cannot accept: %w", err)
+		stuck = append(stuck, fmt.Errorf("peer port cannot accept: %w", err))
+	}
+	if len(stuck) > 0 {
+		return errors.Join(stuck...)
 	}
 	if m.cfg.ClientTLS == nil {
 		if err := m.ruok(ctx); err != nil {

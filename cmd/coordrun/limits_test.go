@@ -132,7 +132,7 @@ func TestClientPortFDExhaustion(t *testing.T) {
 	// timeout.
 	conns := flood(t, m.client, 160, []byte{0, 0})
 	var body string
-	testkit.WaitFor(t, 8*time.Second, "/healthz to name the client port", func() bool {
+	testkit.WaitFor(t, 15*time.Second, "/healthz to name the client port", func() bool {
 		var code int
 		code, body = m.get("/healthz")
 		return code == http.StatusServiceUnavailable && strings.Contains(body, "client port")
@@ -164,7 +164,7 @@ func TestPeerPortFDExhaustion(t *testing.T) {
 	// A member stream that sends no request: held by the member.
 	conns := flood(t, m.peer, 160, []byte{'M'})
 	var body string
-	testkit.WaitFor(t, 8*time.Second, "/healthz to name the peer port", func() bool {
+	testkit.WaitFor(t, 15*time.Second, "/healthz to name the peer port", func() bool {
 		var code int
 		code, body = m.get("/healthz")
 		return code == http.StatusServiceUnavailable && strings.Contains(body, "peer port")
