@@ -11,7 +11,10 @@ import "github.com/coordrun/coordrun/ensemble/wire"
 // the connection; an error code tells them more, and is final where a
 // lost connection invites a retry. 16 MiB is the coordrun client's own
 // read limit, so every reply it could read is still sent, child lists of
-// hundreds of thousands of nodes included.
+// hundreds of thousands of nodes included. A write's reply (multi
+// included) is at most a few times the size of its request, itself under
+// the frame limit, so writes, whose replies must not say they failed when
+// they did not, never meet the bound.
 const MaxReply = 16 << 20
 
 // ErrReplyTooLarge is the code of a reply that would pass MaxReply.
