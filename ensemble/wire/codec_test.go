@@ -279,3 +279,29 @@ func TestIsFourLetterWord(t *testing.T) {
 		}
 	}
 }
+
+// An encoder with a limit stops taking strings and buffers once past it,
+// and its storage never grows far beyond it.
+func TestEncoderLimit(t *testing.T) {
+	e := NewFrameEncoder(nil)
+	e.Limit(1000)
+	for i := 0; i < 1000 && !e.Over(); i++ {
+		e.String("0123456789")
+	}
+	if !e.Over() {
+		t.Fatal("never over the limit")
+	}
+	n, c := len(e.Bytes()), cap(e.buf)
+	e.Strings(make([]string, 100_000))
+	e.Buffer(make([]byte, 1<<20))
+	if len(e.Bytes()) > n+8 {
+		t.Errorf("grew from %d to %d bytes after passing the limit", n, len(e.Bytes()))
+	}
+	if c > 1000+64+16 {
+		t.Errorf("storage %d bytes for a limit of 1000", c)
+	}
+	e.Reset()
+	if e.Over() {
+		t.Error("still over after Reset")
+	}
+}
