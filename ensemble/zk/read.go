@@ -212,33 +212,37 @@ func readPath(t *tree.Tree, s Session, req *Request, zxid int64) []byte {
 }
 
 // multiRead runs a multiRead: each op answers on its own, as ZooKeeper
-// does, and only an op that is no read fails the whole request.
+// does. An op that is no read ends it: ZooKeeper fails to process it
+// (MarshallingError) and still sends the results of the reads before it.
 func multiRead(t *tree.Tree, s Session, req *Request, zxid int64) []byte {
-	return reply(req.Xid, zxid, func(e *wire.Encoder) wire.Code {
-		var mr wire.MultiResponse
-		for _, o := range req.Ops {
-			switch o.Type {
-			case wire.OpGetData:
-				data, st, err := t.Get(o.Path, s.Auth)
-				if err != nil {
-					mr.Results = append(mr.Results, wire.MultiResult{Type: wire.OpError, Err: CodeOf(err)})
-					continue
-				}
-				mr.Results = append(mr.Results, wire.MultiResult{Type: o.Type, Data: data, Stat: StatOf(st)})
-			case wire.OpGetChildren:
-				kids, _, err := t.Children(o.Path, s.Auth)
-				if err != nil {
-					mr.Results = append(mr.Results, wire.MultiResult{Type: wire.OpError, Err: CodeOf(err)})
-					continue
-				}
-				mr.Results = append(mr.Results, wire.MultiResult{Type: o.Type, Children: kids})
-			default:
-				return wire.ErrBadArguments
+	var mr wire.MultiResponse
+	code := wire.OK
+ops:
+	for _, o := range req.Ops {
+		switch o.Type {
+		case wire.OpGetData:
+			data, st, err := t.Get(o.Path, s.Auth)
+			if err != nil {
+				mr.Results = append(mr.Results, wire.MultiResult{Type: wire.OpError, Err: CodeOf(err)})
+				continue
 			}
+			mr.Results = append(mr.Results, wire.MultiResult{Type: o.Type, Data: data, Stat: StatOf(st)})
+		case wire.OpGetChildren:
+			kids, _, err := t.Children(o.Path, s.Auth)
+			if err != nil {
+				mr.Results = append(mr.Results, wire.MultiResult{Type: wire.OpError, Err: CodeOf(err)})
+				continue
+			}
+			mr.Results = append(mr.Results, wire.MultiResult{Type: o.Type, Children: kids})
+		default:
+			code = wire.ErrMarshallingError
+			break ops
 		}
-		mr.Encode(e)
-		return wire.OK
-	})
+	}
+	e := wire.NewFrameEncoder(make([]byte, 0, 128))
+	(&wire.ReplyHeader{Xid: req.Xid, Zxid: zxid, Err: code}).Encode(e)
+	mr.Encode(e)
+	return e.Frame()
 }
 
 // addWatch sets a persistent or persistent recursive watch.
