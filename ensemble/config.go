@@ -114,6 +114,11 @@ type Config struct {
 	StatusLockRoot string
 	StatusCronRoot string
 
+	// StoreCheck verifies the raft store before it is opened; nil means
+	// CheckStore in this process. It returns a *DamagedStoreError for a
+	// file the member must not start from.
+	StoreCheck func(path string) error
+
 	// Listeners already bound for the peer and client ports; when set they
 	// are used instead of PeerAddr and ClientAddr (tests bind port 0 first
 	// to learn every member's address before any starts).

@@ -62,6 +62,13 @@ func (m *Member) startRaft() error {
 	// append (which a write waits for twice, on the leader and on a
 	// follower) would write all of it. Durability is the same: the list is
 	// derived from the pages.
+	check := cfg.StoreCheck
+	if check == nil {
+		check = CheckStore
+	}
+	if err := check(filepath.Join(cfg.DataDir, "raft.db")); err != nil {
+		return err
+	}
 	store, err := raftboltdb.New(raftboltdb.Options{
 		Path: filepath.Join(cfg.DataDir, "raft.db"),
 		BoltOptions: &bbolt.Options{

@@ -141,6 +141,7 @@ func runServer(cmd *cobra.Command, _ []string) error {
 	if cfg.ClientIdentity, err = clientIdentity(v); err != nil {
 		return err
 	}
+	cfg.StoreCheck = checkStoreInChild
 	m, err := ensemble.Start(cfg)
 	if errors.Is(err, ensemble.ErrConfig) {
 		return usageError{settingError(err, v.ConfigFileUsed())}
