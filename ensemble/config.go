@@ -214,6 +214,9 @@ func (c *Config) setDefaults() error {
 	if len(c.Peers) > 0 && c.advertised() == "" {
 		return configError("Peers", "member id %q is not in the peer list", c.ID)
 	}
+	if err := c.checkAddrs(); err != nil {
+		return err
+	}
 	if c.StatusLockRoot == "" {
 		c.StatusLockRoot = statuspage.DefaultLockRoot
 	}

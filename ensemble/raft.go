@@ -36,6 +36,7 @@ func (m *Member) startRaft() error {
 	pt := newPeerTLS(cfg.PeerTLS)
 	m.mux = newPeerMux(&m.tr, pt.listener(ln, m.log), m.servePeer, m.log)
 	m.mux.tls, m.pool.tls, m.pool.tr = pt, pt, &m.tr
+	explicitPeers := len(cfg.Peers) > 0
 	if len(cfg.Peers) == 0 {
 		// A single member: it advertises where it actually listens.
 		m.cfg.Peers = []Peer{{ID: cfg.ID, Addr: ln.Addr().String()}}
@@ -118,6 +119,16 @@ func (m *Member) startRaft() error {
 	r, err := raft.NewRaft(rc, m.fsm, logs, store, snaps, trans)
 	if err != nil {
 		return fmt.Errorf("raft: %w", err)
+	}
+	if existing && explicitPeers {
+		conf, err := storedMembership(r)
+		if err == nil {
+			err = checkPeersAgainstStore(conf, cfg.Peers, m.log)
+		}
+		if err != nil {
+			_ = r.Shutdown().Error()
+			return err
+		}
 	}
 	m.raft = r
 	m.push.raft.Store(r)

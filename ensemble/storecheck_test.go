@@ -56,7 +56,7 @@ func TestDamagedStoreRefused(t *testing.T) {
 		t.Fatalf("damaged store: check says %v", err)
 	}
 	cfg := c.cfgs[victim]
-	cfg.PeerAddr, cfg.ClientAddr = "127.0.0.1:0", "127.0.0.1:0"
+	cfg.PeerAddr, cfg.ClientAddr = c.Spec(victim).PeerAddr, c.Spec(victim).ClientAddr
 	cfg.PeerListener, cfg.ClientListener = nil, nil
 	m, err := Start(cfg)
 	if err == nil {
