@@ -118,6 +118,11 @@ type Config struct {
 	StatusLockRoot string
 	StatusCronRoot string
 
+	// StoreCheck verifies the raft store before it is opened; nil means
+	// CheckStore in this process. It returns a *DamagedStoreError for a
+	// file the member must not start from.
+	StoreCheck func(path string) error
+
 	// Listeners already bound for the peer and client ports; when set they
 	// are used instead of PeerAddr and ClientAddr (tests bind port 0 first
 	// to learn every member's address before any starts).
@@ -222,6 +227,9 @@ func (c *Config) setDefaults() error {
 	}
 	if len(c.Peers) > 0 && c.advertised() == "" {
 		return configError("Peers", "member id %q is not in the peer list", c.ID)
+	}
+	if err := c.checkAddrs(); err != nil {
+		return err
 	}
 	if c.StatusLockRoot == "" {
 		c.StatusLockRoot = statuspage.DefaultLockRoot

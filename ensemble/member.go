@@ -85,7 +85,19 @@ func Start(cfg Config) (*Member, error) {
 	if err := cfg.setDefaults(); err != nil {
 		return nil, err
 	}
+	// The client port is bound before the data dir is touched: a start
+	// that fails on a busy port must not leave a bootstrapped raft store
+	// behind, which a corrected start would then follow instead of its
+	// flags. (The peer port is bound first thing in startRaft.)
+	if cfg.ClientListener == nil {
+		ln, err := net.Listen("tcp", cfg.ClientAddr)
+		if err != nil {
+			return nil, fmt.Errorf("client listener: %w", err)
+		}
+		cfg.ClientListener = ln
+	}
 	if err := os.MkdirAll(cfg.DataDir, 0o750); err != nil {
+		cfg.ClientListener.Close()
 		return nil, fmt.Errorf("data dir: %w", err)
 	}
 	m := &Member{
@@ -126,19 +138,12 @@ func Start(cfg Config) (*Member, error) {
 		m.cancel()
 		m.closeRaft()
 		m.tr.Wait()
+		cfg.ClientListener.Close()
 		return nil, err
 	}
 	// The peer port's accept loop is known once raft runs.
 	m.metrics.reg.MustRegister(m.bounds.collectors(map[string]*acceptState{"client": &m.clientAccept, "peer": &m.mux.accepts})...)
-	ln := cfg.ClientListener
-	if ln == nil {
-		var err error
-		if ln, err = net.Listen("tcp", cfg.ClientAddr); err != nil {
-			m.Close()
-			return nil, fmt.Errorf("client listener: %w", err)
-		}
-	}
-	m.client = clientListener(ln, cfg.ClientTLS, m.log)
+	m.client = clientListener(cfg.ClientListener, cfg.ClientTLS, m.log)
 	if err := m.startAdmin(); err != nil {
 		m.Close()
 		return nil, err
@@ -154,7 +159,7 @@ func Start(cfg Config) (*Member, error) {
 	})
 	m.tr.Go(m.groupGate)
 	m.tr.Go(func() { m.relay.run(m.ctx, 50*time.Millisecond) })
-	m.log.Info("member started", "client", ln.Addr().String(), "peer", m.mux.Addr().String())
+	m.log.Info("member started", "client", cfg.ClientListener.Addr().String(), "peer", m.mux.Addr().String())
 	return m, nil
 }
 

@@ -36,6 +36,7 @@ func (m *Member) startRaft() error {
 	pt := newPeerTLS(cfg.PeerTLS)
 	m.mux = newPeerMux(&m.tr, pt.listener(ln, m.log), m.servePeer, m.log)
 	m.mux.tls, m.pool.tls, m.pool.tr = pt, pt, &m.tr
+	explicitPeers := len(cfg.Peers) > 0
 	if len(cfg.Peers) == 0 {
 		// A single member: it advertises where it actually listens.
 		m.cfg.Peers = []Peer{{ID: cfg.ID, Addr: ln.Addr().String()}}
@@ -62,6 +63,13 @@ func (m *Member) startRaft() error {
 	// append (which a write waits for twice, on the leader and on a
 	// follower) would write all of it. Durability is the same: the list is
 	// derived from the pages.
+	check := cfg.StoreCheck
+	if check == nil {
+		check = CheckStore
+	}
+	if err := check(filepath.Join(cfg.DataDir, "raft.db")); err != nil {
+		return err
+	}
 	store, err := raftboltdb.New(raftboltdb.Options{
 		Path: filepath.Join(cfg.DataDir, "raft.db"),
 		BoltOptions: &bbolt.Options{
@@ -111,6 +119,16 @@ func (m *Member) startRaft() error {
 	r, err := raft.NewRaft(rc, m.fsm, logs, store, snaps, trans)
 	if err != nil {
 		return fmt.Errorf("raft: %w", err)
+	}
+	if existing && explicitPeers {
+		conf, err := storedMembership(r)
+		if err == nil {
+			err = checkPeersAgainstStore(conf, cfg.Peers, m.log)
+		}
+		if err != nil {
+			_ = r.Shutdown().Error()
+			return err
+		}
 	}
 	m.raft = r
 	m.push.raft.Store(r)

@@ -84,8 +84,8 @@ func (o *CronOptions) Validate() error {
 		}
 		names[j.Name] = true
 	}
-	if !validRoot(o.Root) {
-		return fmt.Errorf("cron root %q must be an absolute znode path", o.Root)
+	if err := checkRoot("cron", o.Root); err != nil {
+		return err
 	}
 	return checkTiming(o.ConnOptions, o.JobOptions)
 }

@@ -7,7 +7,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"strings"
 	"time"
 
 	"github.com/coordrun/coordrun/ensemble/client"
@@ -67,11 +66,11 @@ func (o *Options) Validate() error {
 	if len(o.Argv) == 0 {
 		return errors.New("no command given")
 	}
-	if !validName(o.Name) {
-		return fmt.Errorf("bad lock name %q", o.Name)
+	if err := checkName("lock", o.Name); err != nil {
+		return err
 	}
-	if !validRoot(o.Root) {
-		return fmt.Errorf("lock root %q must be an absolute znode path", o.Root)
+	if err := checkRoot("lock", o.Root); err != nil {
+		return err
 	}
 	if o.LockDelay < 0 || o.Timeout < 0 {
 		return errNegative
@@ -92,13 +91,3 @@ func checkTiming(c ConnOptions, j JobOptions) error {
 	return nil
 }
 
-// validName reports whether s may name a lock or a cron job: one znode
-// name.
-func validName(s string) bool {
-	return s != "" && !strings.ContainsAny(s, "/\x00") && s != "." && s != ".."
-}
-
-// validRoot reports whether s is an absolute znode path.
-func validRoot(s string) bool {
-	return strings.HasPrefix(s, "/") && (len(s) == 1 || !strings.HasSuffix(s, "/"))
-}

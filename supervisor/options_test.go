@@ -27,6 +27,18 @@ func TestOptionsValidate(t *testing.T) {
 		{"name with slash", func(o *Options) { o.Name = "a/b" }, `bad lock name "a/b"`},
 		{"name dot", func(o *Options) { o.Name = "." }, `bad lock name "."`},
 		{"name NUL", func(o *Options) { o.Name = "a\x00" }, "bad lock name"},
+		{"name of 255 bytes", func(o *Options) { o.Name = strings.Repeat("é", 127) + "x" }, ""},
+		{"name of 256 bytes", func(o *Options) { o.Name = strings.Repeat("n", 256) }, "it is 256 bytes long; a name is 1 to 255 bytes"},
+		// Such a name once logged "job finished exit=0" for a job that
+		// never ran: the watchdog's control line outgrew its reader.
+		{"name of 66,000 bytes", func(o *Options) { o.Name = strings.Repeat("n", 66000) }, "it is 66000 bytes long"},
+		{"name with a tab", func(o *Options) { o.Name = "a\tb" }, `character U+0009 at byte 1 is not allowed`},
+		{"name with an emoji", func(o *Options) { o.Name = "job-\U0001F600" }, `character U+1F600 at byte 4 is not allowed`},
+		{"name of bad UTF-8", func(o *Options) { o.Name = "a\xff" }, `character U+FFFD at byte 1`},
+		{"name in another script", func(o *Options) { o.Name = "夜间备份" }, ""},
+		{"root of 1,025 bytes", func(o *Options) { o.Root = "/" + strings.Repeat("r", 1024) }, "lock root is 1025 bytes long; at most 1024"},
+		{"root with a tab", func(o *Options) { o.Root = "/co\trd" }, "bad lock root's name"},
+		{"root with an empty part", func(o *Options) { o.Root = "/a//b" }, "bad lock root's name \"\": it is empty"},
 		{"relative root", func(o *Options) { o.Root = "coordrun" }, `lock root "coordrun" must be an absolute znode path`},
 		{"root trailing slash", func(o *Options) { o.Root = "/coordrun/" }, "absolute znode path"},
 		{"no session timeout", func(o *Options) { o.SessionTimeout = 0 }, "session timeout must be positive"},

@@ -123,8 +123,8 @@ func (a alignedEvery) Next(t time.Time) time.Time {
 // Validate checks the job and parses its schedule, filling in the
 // defaults of Overlap and History.
 func (j *CronJob) Validate() error {
-	if !validName(j.Name) {
-		return fmt.Errorf("bad job name %q", j.Name)
+	if err := checkName("job", j.Name); err != nil {
+		return err
 	}
 	if len(j.Argv) == 0 {
 		return fmt.Errorf("job %s: no command", j.Name)

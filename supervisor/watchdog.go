@@ -119,8 +119,14 @@ func readLines(r io.Reader) <-chan string {
 	out := make(chan string, 16)
 	go func() {
 		sc := bufio.NewScanner(r)
+		// Lines carry the lock's environment (its node path): bounded by
+		// the name and root limits, far below this.
+		sc.Buffer(make([]byte, 0, 4096), 1<<20)
 		for sc.Scan() {
 			out <- sc.Text()
+		}
+		if err := sc.Err(); err != nil {
+			fmt.Fprintf(os.Stderr, "coordrun: watchdog: reading the supervisor's control pipe: %v\n", err)
 		}
 		close(out)
 	}()

@@ -41,6 +41,7 @@ is "coordrun run -- cmd".
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	root.AddCommand(newServerCommand(), newEnsembleCommand(), newVersionCommand(), newRunCommand(), newWatchdogCommand(), newStatusCommand(), newCronCommand(), newFenceCommand())
 	root.AddCommand(newDocsCommand()) // hidden: man pages and completions for packaging
+	root.AddCommand(newStoreCheckCommand())
 	return root
 }
 

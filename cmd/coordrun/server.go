@@ -132,6 +132,10 @@ func runServer(cmd *cobra.Command, _ []string) error {
 		if cfg.PeerAddr == "" {
 			cfg.PeerAddr = "127.0.0.1:0"
 		}
+		// A throwaway member serves this host only unless told otherwise.
+		if !cmd.Flags().Changed("client-addr") && !v.InConfig("client-addr") && os.Getenv("COORDRUN_CLIENT_ADDR") == "" {
+			cfg.ClientAddr = "127.0.0.1:2181"
+		}
 		if cfg.DataDir == "" {
 			dir, err := os.MkdirTemp("", "coordrun-dev-")
 			if err != nil {
@@ -150,6 +154,7 @@ func runServer(cmd *cobra.Command, _ []string) error {
 	if cfg.ClientIdentity, err = clientIdentity(v); err != nil {
 		return err
 	}
+	cfg.StoreCheck = checkStoreInChild
 	m, err := ensemble.Start(cfg)
 	if errors.Is(err, ensemble.ErrConfig) {
 		return usageError{settingError(err, v.ConfigFileUsed())}

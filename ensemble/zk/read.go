@@ -219,40 +219,49 @@ func readPath(t *tree.Tree, s Session, req *Request, zxid int64) []byte {
 }
 
 // multiRead runs a multiRead: each op answers on its own, as ZooKeeper
-// does, and only an op that is no read fails the whole request. Results
-// are encoded as they are read, so that a reply passing MaxReply stops
-// there, holding no more than one op's result besides the encoded bytes.
+// does. An op that is no read ends it: ZooKeeper fails to process it
+// (MarshallingError) and still sends the results of the reads before it.
+// Results are encoded as they are read, so that a reply passing MaxReply
+// stops there, holding no more than one op's result besides the encoded
+// bytes; it is answered ErrReplyTooLarge alone.
 func multiRead(t *tree.Tree, s Session, req *Request, zxid int64) ([]byte, bool) {
-	for _, o := range req.Ops {
+	ops, code := req.Ops, wire.OK
+	for i, o := range ops {
 		if o.Type != wire.OpGetData && o.Type != wire.OpGetChildren {
-			return ErrorReply(req.Xid, zxid, wire.ErrBadArguments), false
+			ops, code = ops[:i], wire.ErrMarshallingError
+			break
 		}
 	}
-	return boundedReply(req.Xid, zxid, func(e *wire.Encoder) wire.Code {
-		for _, o := range req.Ops {
-			if e.Over() {
-				return ErrReplyTooLarge
-			}
-			var r wire.MultiResult
-			switch o.Type {
-			case wire.OpGetData:
-				data, st, err := t.Get(o.Path, s.Auth)
-				r = wire.MultiResult{Type: o.Type, Data: data, Stat: StatOf(st)}
-				if err != nil {
-					r = wire.MultiResult{Type: wire.OpError, Err: CodeOf(err)}
-				}
-			case wire.OpGetChildren:
-				kids, _, err := t.Children(o.Path, s.Auth)
-				r = wire.MultiResult{Type: o.Type, Children: kids}
-				if err != nil {
-					r = wire.MultiResult{Type: wire.OpError, Err: CodeOf(err)}
-				}
-			}
-			r.Encode(e)
+	e := wire.NewFrameEncoder(make([]byte, 0, 128))
+	e.Limit(MaxReply)
+	(&wire.ReplyHeader{Xid: req.Xid, Zxid: zxid, Err: code}).Encode(e)
+	for _, o := range ops {
+		if e.Over() {
+			break
 		}
-		wire.EncodeMultiEnd(e)
-		return wire.OK
-	})
+		var r wire.MultiResult
+		switch o.Type {
+		case wire.OpGetData:
+			data, st, err := t.Get(o.Path, s.Auth)
+			r = wire.MultiResult{Type: o.Type, Data: data, Stat: StatOf(st)}
+			if err != nil {
+				r = wire.MultiResult{Type: wire.OpError, Err: CodeOf(err)}
+			}
+		case wire.OpGetChildren:
+			kids, _, err := t.Children(o.Path, s.Auth)
+			r = wire.MultiResult{Type: o.Type, Children: kids}
+			if err != nil {
+				r = wire.MultiResult{Type: wire.OpError, Err: CodeOf(err)}
+			}
+		}
+		r.Encode(e)
+	}
+	wire.EncodeMultiEnd(e)
+	if e.Over() {
+		// A fresh frame: the encoder's storage is MaxReply large.
+		return header(req.Xid, zxid, ErrReplyTooLarge), true
+	}
+	return e.Frame(), false
 }
 
 // addWatch sets a persistent or persistent recursive watch.

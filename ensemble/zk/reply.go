@@ -63,7 +63,8 @@ func ErrorReply(xid int32, zxid int64, code wire.Code) []byte { return header(xi
 // SyncReply answers a sync of path once the member has caught up.
 func SyncReply(xid int32, zxid int64, path string) []byte {
 	return reply(xid, zxid, func(e *wire.Encoder) wire.Code {
-		(&wire.SyncResponse{Path: path}).Encode(e)
+		// ZooKeeper echoes the path as Java re-encodes it.
+		(&wire.SyncResponse{Path: wire.JavaString(path)}).Encode(e)
 		return wire.OK
 	})
 }

@@ -39,9 +39,17 @@ func PlanWrite(req *Request, s Session, lim Limits) Plan {
 		case code == wire.OK:
 			code = CodeOf(tree.Precheck(&op))
 		}
-		if code != wire.OK {
+		// Data over the limit stays out of the log: ZooKeeper closes the
+		// connection for such a frame, so no zxid is owed.
+		if code != wire.OK && (!ok || len(req.Data) > lim.MaxData) {
 			p.Early = code
 			return p
+		}
+		if code != wire.OK {
+			// ZooKeeper gives every write it reads a zxid, a refused one
+			// too (its error txn), so later czxids count it: the refusal
+			// goes through the log as a failing op.
+			op = tree.Op{Kind: tree.OpFail, Path: req.Path, Fail: failureOf(code)}
 		}
 		txn.Ops = []tree.Op{op}
 		p.Txn = txn

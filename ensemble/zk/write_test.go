@@ -71,8 +71,9 @@ func TestCreateMode(t *testing.T) {
 	}
 }
 
-// Writes that cannot succeed are answered without a transaction, with
-// ZooKeeper's precedence among their faults.
+// Writes refused on their own terms fail with ZooKeeper's precedence among
+// their faults: through the log as a failing op, since ZooKeeper gives the
+// refusal a zxid of its own, except data over the limit, answered at once.
 func TestPlanWriteEarly(t *testing.T) {
 	big := make([]byte, limits.MaxData+1)
 	for _, c := range []struct {
@@ -110,6 +111,13 @@ func TestPlanWriteEarly(t *testing.T) {
 	} {
 		req := request(t, 5, c.op, c.body)
 		plan := zk.PlanWrite(&req, zk.Session{ID: 1}, limits)
+		if c.want != wire.OK && len(req.Data) <= limits.MaxData {
+			if plan.Early != wire.OK || plan.Txn == nil || len(plan.Txn.Ops) != 1 || plan.Txn.Ops[0].Kind != tree.OpFail ||
+				zk.CodeOf(plan.Txn.Ops[0].Fail.Err()) != c.want {
+				t.Errorf("%s: early %v, txn %+v; want a failing op of %v", c.name, plan.Early, plan.Txn, c.want)
+			}
+			continue
+		}
 		if plan.Early != c.want || (plan.Txn != nil) != (c.want == wire.OK) {
 			t.Errorf("%s: early %v, txn %v; want %v", c.name, plan.Early, plan.Txn != nil, c.want)
 			continue

@@ -93,6 +93,8 @@ var acls = map[string][]wire.ACL{
 	"u1":         {{Perms: wire.PermAll, ID: wire.ID{Scheme: "digest", ID: digestID("u1:pw1")}}},
 	"u1+read":    {{Perms: wire.PermAll, ID: wire.ID{Scheme: "digest", ID: digestID("u1:pw1")}}, {Perms: wire.PermRead, ID: wire.ID{Scheme: "world", ID: "anyone"}}},
 	"ip":         {{Perms: wire.PermAll, ID: wire.ID{Scheme: "ip", ID: "127.0.0.1"}}},
+	"read-admin": {{Perms: wire.PermRead | wire.PermAdmin, ID: wire.ID{Scheme: "world", ID: "anyone"}}},
+	"open-twice": {{Perms: wire.PermAll, ID: wire.ID{Scheme: "world", ID: "anyone"}}, {Perms: wire.PermAll, ID: wire.ID{Scheme: "world", ID: "anyone"}}},
 	"ip-other":   {{Perms: wire.PermAll, ID: wire.ID{Scheme: "ip", ID: "10.1.2.0/24"}}},
 	"bad-empty":  {},
 	"bad-null":   nil,
