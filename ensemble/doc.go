@@ -16,8 +16,10 @@
 //	fsm.go         the raft FSM over the tree; view is the only way in
 //	leader.go      leaderCall, where leader-only requests run; the peer handlers
 //	clients.go     the client port: accept, four-letter words, the connection set
+//	accept.go      the accept loop both ports share: retry, never give up
+//	limits.go      bounds on what one client can make the member hold
 //	handshake.go   a connection's session handshake
-//	conn.go        a connection: reader, sequencer, writer
+//	conn.go        a connection: reader, sequencer; connwrite.go its writer
 //	watch.go       the watch manager
 //	session.go     session deadlines, the liveness relay, expiry
 //	peer.go        the peer port, split between raft and member RPCs
