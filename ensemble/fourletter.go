@@ -46,6 +46,11 @@ const notServing = "This ZooKeeper instance is not currently serving requests\n"
 // fourLetter answers a four-letter word and closes, as ZooKeeper does.
 func (m *Member) fourLetter(word string, nc net.Conn) {
 	_ = nc.SetWriteDeadline(time.Now().Add(10 * time.Second))
+	if !m.fourLetterAllowed(word, nc) {
+		m.stats.refused.WithLabelValues(refusedWord).Inc()
+		_, _ = nc.Write([]byte(notWhitelisted(word)))
+		return
+	}
 	var out string
 	serving := m.serving()
 	switch word {
@@ -93,7 +98,7 @@ func (m *Member) fourLetter(word string, nc net.Conn) {
 		b, _ := json.Marshal(m.ensembleStatus(ctx))
 		out = string(b) + "\n"
 	default:
-		out = word + " is not executed because it is not in the whitelist.\n"
+		out = notWhitelisted(word)
 	}
 	_, _ = nc.Write([]byte(out))
 }
