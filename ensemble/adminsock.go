@@ -13,6 +13,7 @@ package ensemble
 import (
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"net"
 	"os"
@@ -108,9 +109,7 @@ func (m *Member) acceptAdminSocket() {
 		if err != nil {
 			m.stats.refused.WithLabelValues(refusedSocket).Inc()
 			m.log.Warn("admin socket connection refused", "err", err)
-			_ = nc.SetWriteDeadline(time.Now().Add(time.Second))
-			_, _ = fmt.Fprintf(nc, "error: %v\n", err)
-			nc.Close()
+			m.tr.Go(func() { refuse(nc, err) })
 			continue
 		}
 		ac := &adminConn{Conn: nc, uid: uid}
@@ -124,6 +123,19 @@ func (m *Member) acceptAdminSocket() {
 			m.serveClient(ac)
 		})
 	}
+}
+
+// refuse tells a refused client why in one line and closes. What it sent
+// is read first (for a second at most): closing with unread data would
+// reset the connection, and the client might lose the line.
+func refuse(nc net.Conn, why error) {
+	defer nc.Close()
+	_ = nc.SetDeadline(time.Now().Add(time.Second))
+	_, _ = fmt.Fprintf(nc, "error: %v\n", why)
+	if uc, ok := nc.(*net.UnixConn); ok {
+		_ = uc.CloseWrite()
+	}
+	_, _ = io.Copy(io.Discard, io.LimitReader(nc, 64<<10))
 }
 
 // peerUID is the uid of the process that connected nc, a Unix socket.
