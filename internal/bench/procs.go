@@ -261,6 +261,7 @@ func launchCoordrun(bin, dir string) (*system, error) {
 			"--peer-addr", fmt.Sprintf("127.0.0.1:%d", ports[2+i]),
 			"--peers", strings.Join(peers, ","),
 			"--admin-addr", m.adminAddr, "--admin-pprof",
+			"--four-letter-words", "srvr,ruok,isro,mbrs,mntr", // the lock benchmark reads mntr
 			"--log-level", "warn")
 		if err != nil {
 			return sys, err
