@@ -144,7 +144,7 @@ func (c *Config) checkAdmin() error {
 }
 
 // errSuperDigest explains the form of a super digest.
-var errSuperDigest = errors.New(`want user:BASE64(SHA1(user:password)), as ZooKeeper's superDigest; make one with: printf %s 'user:password' | openssl dgst -binary -sha1 | base64`)
+var errSuperDigest = errors.New("want user:BASE64(SHA1(user:password)), as ZooKeeper's superDigest; make one with: coordrun ensemble super-digest USER")
 
 func checkSuperDigest(s string) error {
 	user, hash, ok := strings.Cut(s, ":")

@@ -2,6 +2,8 @@ package ensemble
 
 import (
 	"bytes"
+	"crypto/tls"
+	"crypto/x509/pkix"
 	"crypto/sha1"
 	"encoding/base64"
 	"errors"
@@ -297,5 +299,75 @@ func TestAdminSocketStale(t *testing.T) {
 	_, err = Start(Config{ID: "2", DataDir: t.TempDir(), PeerAddr: "127.0.0.1:0", ClientAddr: "127.0.0.1:0", AdminSocket: plain})
 	if err == nil || !strings.Contains(err.Error(), "not a socket") {
 		t.Errorf("start on a plain file as admin socket: %v", err)
+	}
+}
+
+// TestSuperX509: a client certificate whose identity SuperX509 names is
+// the super user: it gets a snapshot over TLS and may reconfigure; another
+// certificate of the same CA gets neither.
+func TestSuperX509(t *testing.T) {
+	ca := testkit.NewCA(t, "admin CA")
+	c := startCluster(t, 1, func(cfg *Config) {
+		cfg.ClientTLS = &tls.Config{Certificates: []tls.Certificate{ca.Issue(t, testkit.Loopback("member"))}, ClientCAs: ca.Pool}
+		cfg.SuperX509 = []string{"CN=ops-admin"}
+	})
+	addr := c.Servers()[0]
+	admin := ca.ClientTLS(ca.Issue(t, testkit.CertSpec{Subject: pkix.Name{CommonName: "ops-admin"}}))
+	user := ca.ClientTLS(ca.Issue(t, testkit.CertSpec{Subject: pkix.Name{CommonName: "ops-user"}}))
+	ctx := testkit.Context(t, 20*time.Second)
+
+	out, err := client.FourLetter(ctx, addr, snapshotWord, admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := ReadBackup(strings.NewReader(out)); err != nil {
+		t.Errorf("snap with the admin certificate: %v (%.80q)", err, out)
+	}
+	if out, _ := client.FourLetter(ctx, addr, snapshotWord, user); !strings.HasPrefix(out, "error: snapshots need an administrator") {
+		t.Errorf("snap with another certificate: %.80q", out)
+	}
+	for cert, want := range map[*tls.Config]wire.Code{admin: wire.ErrBadArguments, user: wire.ErrNoAuth} {
+		cl, err := client.Connect(ctx, client.Config{Servers: []string{addr}, SessionTimeout: 4 * time.Second, TLS: cert})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := cl.Reconfig(ctx, "", "99"); !errors.Is(err, want) {
+			t.Errorf("reconfig as %v: %v, want %v", cert.Certificates[0].Leaf, err, want)
+		}
+		cl.Close()
+	}
+}
+
+func TestAdminConfig(t *testing.T) {
+	ca := testkit.NewCA(t, "config CA")
+	withTLS := func(cfg *Config) {
+		cfg.ClientTLS = &tls.Config{Certificates: []tls.Certificate{ca.Issue(t, testkit.Loopback("m"))}, ClientCAs: ca.Pool}
+	}
+	for name, c := range map[string]struct {
+		tweak func(*Config)
+		field string // "" for a valid config
+	}{
+		"super digest":             {withSuper, ""},
+		"super digest, no hash":    {func(cfg *Config) { cfg.SuperDigest = "admin" }, "SuperDigest"},
+		"super digest, plain text": {func(cfg *Config) { cfg.SuperDigest = "admin:s3cret" }, "SuperDigest"},
+		"super x509 without TLS":   {func(cfg *Config) { cfg.SuperX509 = []string{"CN=a"} }, "SuperX509"},
+		"super x509 with TLS":      {func(cfg *Config) { withTLS(cfg); cfg.SuperX509 = []string{"CN=a"} }, ""},
+		"uids without a socket":    {func(cfg *Config) { cfg.AdminSocketUIDs = []int{1000} }, "AdminSocketUIDs"},
+		"negative uid":             {func(cfg *Config) { cfg.AdminSocket = "/x"; cfg.AdminSocketUIDs = []int{-1} }, "AdminSocketUIDs"},
+		"unknown word":             {func(cfg *Config) { cfg.FourLetterWords = []string{"dump"} }, "FourLetterWords"},
+	} {
+		cfg := Config{ID: "1", DataDir: t.TempDir(), PeerAddr: "127.0.0.1:0"}
+		c.tweak(&cfg)
+		err := cfg.setDefaults()
+		var ce *ConfigError
+		switch {
+		case c.field == "" && err != nil:
+			t.Errorf("%s: %v", name, err)
+		case c.field != "" && (!errors.As(err, &ce) || ce.Field != c.field):
+			t.Errorf("%s: %v, want an error of field %s", name, err, c.field)
+		}
+	}
+	if err := checkSuperDigest("admin:x"); err == nil || !strings.Contains(err.Error(), "coordrun ensemble super-digest USER") {
+		t.Errorf("bad digest error: %v", err)
 	}
 }

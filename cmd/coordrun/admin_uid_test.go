@@ -180,3 +180,21 @@ func copyFile(t *testing.T, from, to string, mode os.FileMode) {
 		t.Fatal(err)
 	}
 }
+
+// TestSuperDigestCommand: the password comes from stdin, the digest is
+// ZooKeeper's, and a member takes it as its super-digest.
+func TestSuperDigestCommand(t *testing.T) {
+	root := newRootCommand()
+	var out bytes.Buffer
+	root.SetOut(&out)
+	root.SetErr(io.Discard)
+	root.SetIn(strings.NewReader("s3cret\n"))
+	root.SetArgs([]string{"ensemble", "super-digest", "admin"})
+	if err := root.Execute(); err != nil {
+		t.Fatal(err)
+	}
+	sum := sha1.Sum([]byte("admin:s3cret"))
+	if want := "admin:" + base64.StdEncoding.EncodeToString(sum[:]) + "\n"; out.String() != want {
+		t.Errorf("super-digest printed %q, want %q", out.String(), want)
+	}
+}
