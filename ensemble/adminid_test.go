@@ -2,9 +2,9 @@ package ensemble
 
 import (
 	"bytes"
+	"crypto/sha1"
 	"crypto/tls"
 	"crypto/x509/pkix"
-	"crypto/sha1"
 	"encoding/base64"
 	"errors"
 	"fmt"

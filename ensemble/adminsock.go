@@ -155,4 +155,3 @@ func peerUID(nc net.Conn) (int, error) {
 	}
 	return uid, credErr
 }
-

@@ -39,7 +39,8 @@ type requestStats struct {
 	stageObs [numStages]prometheus.Observer
 	notified prometheus.Histogram
 	grouped  prometheus.Histogram // writes per group entry the leader proposed
-	refused  *prometheus.CounterVec // administrative requests refused, by what (adminid.go)
+
+	refused *prometheus.CounterVec // administrative requests refused, by what (adminid.go)
 }
 
 // The stages of a write, in the order it passes them. A write on the

@@ -73,7 +73,7 @@ type Cluster struct {
 type member struct {
 	idx                   int
 	id, ip, dir, logPath  string
-	sock                  string // its admin socket, for membership changes and snapshots
+	sock                  string         // its admin socket, for membership changes and snapshots
 	clientReal, peerReal  string         // where the process listens
 	clientProxy, peerProx *testkit.Proxy // what clients and the other members dial
 	proc                  *testkit.Process
