@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/coordrun/coordrun/ensemble"
+	"github.com/coordrun/coordrun/ensemble/client"
 	"github.com/coordrun/coordrun/internal/testkit"
 	"github.com/go-zookeeper/zk"
 )
@@ -196,5 +197,41 @@ func TestSuperDigestCommand(t *testing.T) {
 	sum := sha1.Sum([]byte("admin:s3cret"))
 	if want := "admin:" + base64.StdEncoding.EncodeToString(sum[:]) + "\n"; out.String() != want {
 		t.Errorf("super-digest printed %q, want %q", out.String(), want)
+	}
+}
+
+// TestServerSuperDigestFromConfig: a member takes super-digest from its
+// config file, warns when others may read that file, and its admin socket
+// and four-letter word list come from the flags.
+func TestServerSuperDigestFromConfig(t *testing.T) {
+	sum := sha1.Sum([]byte("admin:s3cret"))
+	conf := filepath.Join(t.TempDir(), "member.yaml")
+	if err := os.WriteFile(conf, []byte("super-digest: admin:"+base64.StdEncoding.EncodeToString(sum[:])+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sockDir, err := os.MkdirTemp("", "crs")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(sockDir) })
+	sock := filepath.Join(sockDir, "admin.sock")
+	addr := testkit.FreeAddrs(t, "127.0.0.1", 1)[0]
+	p := procStart(t, "member", "server", "--dev", "--config", conf, "--client-addr", addr,
+		"--admin-socket", sock, "--four-letter-words", "ruok,mntr")
+	testkit.WaitFor(t, 20*time.Second, "the member serving", func() bool { out, _ := procWord(addr, "ruok", nil); return out == "imok" })
+	if out := p.Out.String(); !strings.Contains(out, "holds super-digest but others may read it") {
+		t.Errorf("no warning about a world-readable super-digest:\n%s", out)
+	}
+	if out, _ := procWord(addr, "srvr", nil); out != "srvr is not executed because it is not in the whitelist.\n" {
+		t.Errorf("srvr off the list: %q", out)
+	}
+	testkit.WaitFor(t, 20*time.Second, "srvr on the admin socket", func() bool {
+		out, _ := procWord(client.UnixPrefix+sock, "srvr", nil)
+		return strings.Contains(out, "Mode: standalone")
+	})
+	// The super digest from the file lets a client reconfigure over TCP.
+	out, err := runAs(t, 0, procBin, "ensemble", "remove", "99", "--servers", addr, "--auth", "admin:s3cret", "--timeout", "5s")
+	if err == nil || strings.Contains(out, "need an administrator") || !strings.Contains(out, "bad arguments") {
+		t.Errorf("remove 99 as super: %v\n%s\nwant bad arguments, past the identity check", err, out)
 	}
 }

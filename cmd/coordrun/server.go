@@ -151,7 +151,7 @@ func runServer(cmd *cobra.Command, _ []string) error {
 	if cfg.ClientIdentity, err = clientIdentity(v); err != nil {
 		return err
 	}
-	warnReadableSecret(log, v.ConfigFileUsed(), cfg.SuperDigest != "" && !cmd.Flags().Changed("super-digest"))
+	warnReadableSecret(log, v.ConfigFileUsed(), v.InConfig("super-digest"))
 	m, err := ensemble.Start(cfg)
 	if errors.Is(err, ensemble.ErrConfig) {
 		return usageError{settingError(err, v.ConfigFileUsed())}

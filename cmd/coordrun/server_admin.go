@@ -8,8 +8,8 @@ import (
 // warnReadableSecret warns when the config file a secret came from can be
 // read by others than its owner: a super digest is an unsalted SHA-1,
 // open to offline guessing by whoever reads it.
-func warnReadableSecret(log *slog.Logger, file string, fromFile bool) {
-	if !fromFile || file == "" {
+func warnReadableSecret(log *slog.Logger, file string, inFile bool) {
+	if !inFile || file == "" {
 		return
 	}
 	fi, err := os.Stat(file)
