@@ -39,6 +39,9 @@ func (m *Member) adminUIDs() []int {
 	if len(m.cfg.AdminSocketUIDs) > 0 {
 		return m.cfg.AdminSocketUIDs
 	}
+	if os.Getuid() == 0 {
+		return []int{0}
+	}
 	return []int{0, os.Getuid()}
 }
 

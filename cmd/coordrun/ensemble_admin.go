@@ -77,6 +77,15 @@ func adminServers(v *viper.Viper) ([]string, *tls.Config, error) {
 	return serverFlags(v)
 }
 
+// socketHint is what to add to a failure on the admin socket: who may use
+// it. Empty without one.
+func socketHint(v *viper.Viper) string {
+	if v.GetString("admin-socket") == "" {
+		return ""
+	}
+	return " (the admin socket serves root and the member's own user, or the uids of its --admin-socket-uids)"
+}
+
 // withAdminClient is withClient for administrative commands: the session
 // goes to the admin socket when one is given.
 func withAdminClient(run func(cmd *cobra.Command, args []string, s *clientSession) error) func(*cobra.Command, []string) error {
@@ -97,7 +106,7 @@ func withAdminClient(run func(cmd *cobra.Command, args []string, s *clientSessio
 		c, err := client.Connect(ctx, client.Config{Servers: servers, SessionTimeout: 10 * time.Second, TLS: tlsCfg, Auth: auth})
 		if err != nil {
 			cancel()
-			return usageError{fmt.Errorf("connect to %s: %w", strings.Join(servers, ","), err)}
+			return usageError{fmt.Errorf("connect to %s: %w%s", strings.Join(servers, ","), err, socketHint(v))}
 		}
 		s := &clientSession{v: v, c: c, ctx: ctx, cancel: cancel}
 		defer s.close()
@@ -166,7 +175,7 @@ are replaced, so restored sessions cannot be resumed and simply expire.`,
 				fmt.Fprintf(cmd.OutOrStdout(), "saved %s: %d znodes at zxid 0x%x from %s\n", args[0], n, zxid, s)
 				return nil
 			}
-			return fmt.Errorf("no snapshot saved: %w", lastErr)
+			return fmt.Errorf("no snapshot saved: %w%s", lastErr, socketHint(v))
 		},
 	}
 	addAdminFlags(save)
