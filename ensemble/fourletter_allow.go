@@ -14,7 +14,8 @@ import (
 // paths), envi the user and working directory, conf the data dir, and srst
 // resets the statistics. So by default only what health checks and
 // `coordrun ensemble status` read is on: ZooKeeper 3.8's default srvr, and
-// ruok, isro and coordrun's mbrs. The admin socket answers every word.
+// ruok, isro and coordrun's mbrs. The admin socket answers every word, and
+// ruok is answered whatever the list (fourLetterAllowed).
 //
 // snap (and snpf) are not four-letter words for this list: they need an
 // administrator whatever it says (adminid.go).
@@ -50,9 +51,12 @@ func parseFourLetterWords(list []string) ([]string, error) {
 	return out, nil
 }
 
-// fourLetterAllowed reports whether word may be answered on nc.
+// fourLetterAllowed reports whether word may be answered on nc. ruok
+// always is: it tells nothing but "imok", and the member's own liveness
+// check (/healthz, the systemd watchdog) asks it on the client port, so a
+// list without it would get a healthy member restarted.
 func (m *Member) fourLetterAllowed(word string, nc net.Conn) bool {
-	if _, ok := nc.(*adminConn); ok {
+	if _, ok := nc.(*adminConn); ok || word == "ruok" {
 		return true
 	}
 	allowed := m.cfg.FourLetterWords

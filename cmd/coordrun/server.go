@@ -46,7 +46,7 @@ from it; --peers only matters the first time.
 	f.StringSlice("super-x509", nil, "client certificate identities (as --tls-client-identity derives them) that are the super user; needs --tls-client-ca")
 	f.String("admin-socket", "", "Unix socket serving the client protocol to the administrator (root and this member's uid): such a client is the super user (e.g. /run/coordrun/admin.sock)")
 	f.IntSlice("admin-socket-uids", nil, "uids allowed on --admin-socket instead of root and this member's own")
-	f.StringSlice("four-letter-words", nil, "four-letter words the client port answers, or * for all (default srvr,ruok,isro,mbrs)")
+	f.StringSlice("four-letter-words", nil, "four-letter words the client port answers, or * for all (default srvr,ruok,isro,mbrs; ruok always answers)")
 	f.Duration("min-session-timeout", 4*time.Second, "smallest session timeout granted")
 	f.Duration("max-session-timeout", 40*time.Second, "largest session timeout granted")
 	f.Int("max-data-bytes", 1<<20, "largest znode data accepted")
