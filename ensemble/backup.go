@@ -1,9 +1,13 @@
 package ensemble
 
 import (
+	"bufio"
 	"context"
+	"crypto/rand"
 	"fmt"
 	"io"
+	"log/slog"
+	"net"
 	"os"
 	"time"
 
@@ -13,17 +17,39 @@ import (
 
 // Backups: a snapshot of the tree streamed to an operator, and a new data
 // dir seeded from one. Saving is administrative like a membership change
-// (see adminAllowed): a snapshot holds every znode regardless of ACLs.
+// (adminid.go): a snapshot holds every znode regardless of ACLs, so only
+// the super user gets one, on the admin socket or over TLS with an
+// administrator's client certificate.
 
 // snapshotWord is coordrun's own four-letter word that streams a snapshot
 // of the tree: the applied zxid (8 bytes) followed by the tree's snapshot
-// format. `coordrun ensemble snapshot save` reads it.
-const snapshotWord = "snap"
+// format, without secrets (tree.WriteRedactedSnapshot): no digest hashes,
+// no session passwords. `coordrun ensemble snapshot save` reads it.
+// snapshotFullWord streams the snapshot with them (snapshot save
+// --with-digests), for a backup that must restore every credential.
+// Neither is subject to Config.FourLetterWords: both need the super user.
+const (
+	snapshotWord     = "snap"
+	snapshotFullWord = "snpf"
+)
+
+// serveSnapshot answers snap (full: snpf) on a client connection: the
+// snapshot, or one "error: " line.
+func (m *Member) serveSnapshot(nc net.Conn, full bool) {
+	if msg := m.snapshotRefusal(nc); msg != "" {
+		_, _ = nc.Write([]byte(msg + "\n"))
+		return
+	}
+	m.log.Info("serving a snapshot", "remote", nc.RemoteAddr().String(), "with_secrets", full)
+	w := bufio.NewWriterSize(nc, 1<<20)
+	_ = m.streamSnapshot(w, full)
+	_ = w.Flush()
+}
 
 // The snapshot includes every write committed before the request (the
 // member first catches up as for a sync), so saving from a follower
 // misses nothing acknowledged.
-func (m *Member) streamSnapshot(w io.Writer) error {
+func (m *Member) streamSnapshot(w io.Writer, full bool) error {
 	ctx, cancel := context.WithTimeout(m.ctx, 30*time.Second)
 	defer cancel()
 	idx, err := m.readIndex(ctx)
@@ -38,7 +64,18 @@ func (m *Member) streamSnapshot(w io.Writer) error {
 	if _, err := w.Write(s.hdr.bytes()); err != nil {
 		return err
 	}
-	return s.tree.WriteSnapshot(w)
+	if full {
+		return s.tree.WriteSnapshot(w)
+	}
+	return s.tree.WriteRedactedSnapshot(w, unknownPassword)
+}
+
+// unknownPassword is a session password no client knows, for a redacted
+// snapshot: as long as a real one, so that nothing tells the two apart.
+func unknownPassword(int64) []byte {
+	b := make([]byte, 16)
+	_, _ = rand.Read(b)
+	return b
 }
 
 // ReadBackup reads a snapshot saved by `coordrun ensemble snapshot save`,
@@ -67,7 +104,7 @@ func readBackup(r io.Reader) (snapHeader, *tree.Tree, error) {
 // that the zxids of the entries after it (and fencing tokens) keep rising
 // past the backup's: the backup's zxid itself, or for grouped zxids the
 // index that zxid came from.
-func seedFromBackup(file string, snaps raft.SnapshotStore, trans raft.Transport, peers []Peer) error {
+func seedFromBackup(file string, snaps raft.SnapshotStore, trans raft.Transport, peers []Peer, log *slog.Logger) error {
 	f, err := openBackup(file)
 	if err != nil {
 		return err
@@ -76,6 +113,10 @@ func seedFromBackup(file string, snaps raft.SnapshotStore, trans raft.Transport,
 	hdr, t, err := readBackup(f)
 	if err != nil {
 		return err
+	}
+	if n := t.RedactedDigests(); n > 0 {
+		log.Warn("the backup was saved without digest hashes: its digest ACL entries (user:x) match no password until the super user sets them again with setACL; save with --with-digests to keep them",
+			"entries", n, "backup", file)
 	}
 	index := uint64(max(hdr.zxid, 1))
 	if hdr.grouped {

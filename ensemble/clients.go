@@ -71,14 +71,8 @@ func (m *Member) serveClient(nc net.Conn) {
 	case statusWord:
 		m.fourLetter(statusWord, nc)
 		return
-	case snapshotWord:
-		if !m.adminAllowed(nc.RemoteAddr()) {
-			_, _ = nc.Write([]byte("error: snapshots are served to loopback and --admin-from clients only\n"))
-			return
-		}
-		w := bufio.NewWriterSize(nc, 1<<20)
-		_ = m.streamSnapshot(w)
-		_ = w.Flush()
+	case snapshotWord, snapshotFullWord:
+		m.serveSnapshot(nc, string(first[:]) == snapshotFullWord)
 		return
 	}
 	n := int(int32(binary.BigEndian.Uint32(first[:])))

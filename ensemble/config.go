@@ -103,9 +103,32 @@ type Config struct {
 	// Restore seeds a new data dir from a backup file (coordrun ensemble
 	// snapshot save) instead of an empty tree.
 	Restore string
-	// AdminFrom lists client networks besides loopback allowed to change
-	// the membership and to read snapshots.
+	// AdminFrom lists client networks besides loopback from which an
+	// administrator (see SuperDigest) may change the membership and read
+	// snapshots over TCP: an address alone is not enough.
 	AdminFrom []netip.Prefix
+	// SuperDigest, as ZooKeeper's superDigest "user:base64(sha1(user:
+	// password))", makes a connection that authenticates with that
+	// digest (addauth digest user:password) the super user: it may
+	// reconfigure the ensemble and passes every ACL. Empty: none.
+	SuperDigest string
+	// SuperX509 lists x509 identities (as Config.ClientIdentity derives
+	// them from a verified client certificate) that are the super user,
+	// as ZooKeeper's X509AuthenticationProvider superUser; only such a
+	// client may read a snapshot over TCP. See adminid.go.
+	SuperX509 []string
+	// AdminSocket is the path of a Unix socket that serves the client
+	// protocol to the member's administrator: a connection whose peer
+	// uid is in AdminSocketUIDs is the super user. Empty: none. See
+	// adminsock.go.
+	AdminSocket string
+	// AdminSocketUIDs are the uids allowed on AdminSocket; empty means
+	// root and the uid the member runs as.
+	AdminSocketUIDs []int
+	// FourLetterWords lists the four-letter words the client port
+	// answers; "*" means all. Empty: defaultFourLetterWords. The admin
+	// socket answers every word. See fourletter_allow.go.
+	FourLetterWords []string
 	// AdminAddr is where the admin HTTP listener serves /metrics,
 	// /healthz and /readyz; empty (the default) means no listener.
 	AdminAddr string
@@ -249,6 +272,9 @@ func (c *Config) setDefaults() error {
 		return configError("Pprof", "profiles are served on the admin listener: pprof needs an admin address")
 	}
 	if err := c.checkTLS(); err != nil {
+		return err
+	}
+	if err := c.checkAdmin(); err != nil {
 		return err
 	}
 	if c.ClientIdentity == "" {

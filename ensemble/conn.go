@@ -62,8 +62,9 @@ type host interface {
 	// is closing); unregister forgets it and its watches.
 	register(c *conn) bool
 	unregister(c *conn)
-	// reconfig serves a reconfig request from remote.
-	reconfig(ctx context.Context, remote net.Addr, req *wire.ReconfigRequest) ([]byte, wire.Stat, wire.Code)
+	// reconfig serves a reconfig request from remote, read with the
+	// identities auth.
+	reconfig(ctx context.Context, remote net.Addr, auth []tree.Identity, req *wire.ReconfigRequest) ([]byte, wire.Stat, wire.Code)
 }
 
 // connEnv is what the connections of a member share.
@@ -80,6 +81,7 @@ type connEnv struct {
 	minTimeout time.Duration
 	maxTimeout time.Duration
 	identity   CertIdentity // what of a client certificate is its x509 identity
+	admins     admins       // which identities are the super user (adminid.go)
 }
 
 // conn is one client connection with an established session.
@@ -184,7 +186,7 @@ func newConn(env *connEnv, nc net.Conn, session int64, timeout time.Duration) *c
 			env.log.Debug("client authenticated by its certificate", "remote", c.remote, "session", session, "ids", c.certIDs)
 		}
 	}
-	c.ids = zk.NewIdentities(append([]tree.Identity{{Scheme: "ip", ID: host}}, c.certIDs...)...)
+	c.ids = zk.NewIdentities(env.admins.connIdentities(nc, append([]tree.Identity{{Scheme: "ip", ID: host}}, c.certIDs...))...)
 	c.setAuth(c.ids.List())
 	c.viewRead = c.runCurrent
 	return c
@@ -310,7 +312,7 @@ func (c *conn) start(hdr wire.RequestHeader, d *wire.Decoder) (slot, error) {
 			// ZooKeeper answers AuthFailed and ends the connection.
 			return slot{closeAfter: true, finish: func() []byte { return zk.ErrorReply(xid, zxid, wire.ErrAuthFailed) }}, nil
 		}
-		c.setAuth(c.ids.List())
+		c.setAuth(c.env.admins.grant(c.ids.List()))
 		return slot{finish: func() []byte { return zk.OKReply(xid, zxid) }}, nil
 	case zk.KindCloseSession:
 		c.selfClose.Store(true)
@@ -325,10 +327,10 @@ func (c *conn) start(hdr wire.RequestHeader, d *wire.Decoder) (slot, error) {
 		path := req.Path
 		return slot{finish: func() []byte { return c.sync(xid, path) }}, nil
 	case zk.KindReconfig:
-		rr := req.Reconfig
+		rr, auth := req.Reconfig, c.auth
 		return slot{finish: func() []byte {
 			zxid := c.zxid()
-			config, st, code := h.reconfig(c.env.ctx, c.nc.RemoteAddr(), rr)
+			config, st, code := h.reconfig(c.env.ctx, c.nc.RemoteAddr(), auth, rr)
 			if code != wire.OK {
 				return zk.ErrorReply(xid, zxid, code)
 			}

@@ -27,8 +27,13 @@
 //	commitpush.go  telling followers of commits without waiting for raft's timer
 //	stats.go       requestStats, the one observer of the request path
 //	metrics.go     Prometheus, read from requestStats and the member's getters
-//	fourletter.go  the four-letter words; status.go the status report
+//	fourletter.go  the four-letter words (fourletter_mntr.go: mntr;
+//	               fourletter_allow.go: which are answered); status.go the
+//	               status report
 //	membership.go  membership changes; backup.go snapshots to and from files
+//	adminid.go     who is the super user, who may reconfigure and snapshot
+//	adminsock.go   the admin socket: the client protocol for local admins
+//	sessionowner.go  sessions touched and relayed only by their connections
 //	admin.go       the admin HTTP listener; webstatus.go what its status
 //	               page (ensemble/statuspage) reads of the member
 //	goroutines.go  the tracker every goroutine starts through; kick, broadcast

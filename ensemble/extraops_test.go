@@ -59,7 +59,7 @@ var extraCases = []extraCase{
 func TestExtraOps(t *testing.T) {
 	for _, n := range []int{1, 3} {
 		t.Run(fmt.Sprintf("members=%d", n), func(t *testing.T) {
-			runExtra(t, &extraEnv{confEnv: &confEnv{c: startCluster(t, n), n: n}})
+			runExtra(t, &extraEnv{confEnv: &confEnv{c: startCluster(t, n, withSuper), n: n}})
 		})
 	}
 }
@@ -847,12 +847,22 @@ func (r *reconfigRequest) Decode(d *wire.Decoder) error {
 	return d.Err()
 }
 
-// reconfig (16) is served to loopback clients; removing a server that is
-// no member is refused as a bad argument, changes nothing, and the
-// connection stays.
+// reconfig (16) is served to the super user only: another client gets
+// NOAUTH (ZooKeeper: RECONFIGDISABLED, its default, or NOAUTH with reconfig
+// enabled). For super, removing a server that is no member is refused as
+// a bad argument, changes nothing, and the connection stays.
 func extraReconfig(t *testing.T, e *extraEnv) {
 	w := dialW(t, e.addr(0))
-	eq(t, "reconfig", w.code(wire.OpReconfig, &reconfigRequest{leaving: "99", curConfigID: -1}), wire.ErrBadArguments)
+	want := wire.ErrNoAuth
+	if e.root != "" {
+		want = wire.ErrReconfigDisabled
+	}
+	eq(t, "reconfig", w.code(wire.OpReconfig, &reconfigRequest{leaving: "99", curConfigID: -1}), want)
+	if e.root != "" {
+		return
+	}
+	eq(t, "auth as super", w.callXid(wire.XidAuth, wire.OpAuth, &wire.AuthPacket{Scheme: "digest", Auth: []byte(testSuperAuth)}).h.Err, wire.OK)
+	eq(t, "reconfig as super", w.code(wire.OpReconfig, &reconfigRequest{leaving: "99", curConfigID: -1}), wire.ErrBadArguments)
 	w.sync()
 }
 

@@ -157,8 +157,12 @@ func (m *Member) localReadIndex(context.Context) (int64, error) {
 }
 
 // sendTouch relays session liveness to the leader (or records it here)
-// and returns the sessions the leader does not consider alive.
+// and returns the sessions the leader does not consider alive. Only
+// sessions with a connection here go (sessionowner.go).
 func (m *Member) sendTouch(ctx context.Context, ids []int64) ([]int64, error) {
+	if ids = m.clients.holding(ids); len(ids) == 0 {
+		return nil, nil
+	}
 	return leaderCall(m, rpcTouch,
 		func() ([]byte, error) { return encodeIDs(ids), nil },
 		func() pending[[]int64] { return answered(m.touchAll(ids), nil) },

@@ -54,6 +54,7 @@ type Member struct {
 	relay *livenessRelay
 
 	client       net.Listener
+	adminSock    net.Listener // Config.AdminSocket's, or nil (adminsock.go)
 	clients      *clientSet
 	env          *connEnv
 	clientAccept acceptState // the client port's accept loop; Live reads it
@@ -132,6 +133,7 @@ func Start(cfg Config) (*Member, error) {
 		minTimeout: cfg.MinSessionTimeout,
 		maxTimeout: cfg.MaxSessionTimeout,
 		identity:   cfg.ClientIdentity,
+		admins:     admins{digest: cfg.SuperDigest, x509: cfg.SuperX509},
 	}
 
 	if err := m.startRaft(); err != nil {
@@ -148,8 +150,15 @@ func Start(cfg Config) (*Member, error) {
 		m.Close()
 		return nil, err
 	}
+	if err := m.listenAdminSocket(); err != nil {
+		m.Close()
+		return nil, err
+	}
 	close(m.ready)
 	m.tr.Go(m.acceptClients)
+	if m.adminSock != nil {
+		m.tr.Go(m.acceptAdminSocket)
+	}
 	m.tr.Go(m.expireLoop)
 	m.tr.Go(func() {
 		m.health.run(m.ctx, 100*time.Millisecond, func() raft.ServerID {
@@ -189,6 +198,9 @@ func (m *Member) Close() error {
 	m.cancel()
 	if m.client != nil {
 		m.client.Close()
+	}
+	if m.adminSock != nil {
+		m.adminSock.Close() // and removes the socket file
 	}
 	m.clients.close()
 	m.admin.close()

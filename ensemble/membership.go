@@ -18,13 +18,14 @@ import (
 	"github.com/hashicorp/raft"
 )
 
-// Membership changes. Like backups (backup.go) they are administrative: by
-// default only clients on the member's own host (loopback) may ask for
-// them, since a reconfig can take the ensemble apart (and a snapshot holds
-// every znode regardless of ACLs). Config.AdminFrom widens that.
+// Membership changes. Like backups (backup.go) they are administrative:
+// only the super user may ask for them (adminid.go), since a reconfig can
+// take the ensemble apart. Over TCP the client must also be on the
+// member's own host (loopback) or in Config.AdminFrom.
 
-// adminAllowed reports whether a client at remote may reconfigure the
-// ensemble or read a snapshot.
+// adminAllowed reports whether remote is an address administrative
+// requests over TCP may come from; it is a network restriction on top of
+// the identity adminid.go checks, never enough alone.
 func (m *Member) adminAllowed(remote net.Addr) bool {
 	ap, err := netip.ParseAddrPort(remote.String())
 	if err != nil {
@@ -228,12 +229,12 @@ func zkConfigText(servers []raft.Server, version int64) []byte {
 	return []byte(b.String())
 }
 
-// reconfig serves a client's reconfig request (opcode 16) from remote and
-// returns the new configuration with its stat, or the error code to answer
-// with.
-func (m *Member) reconfig(ctx context.Context, remote net.Addr, req *wire.ReconfigRequest) ([]byte, wire.Stat, wire.Code) {
-	if !m.adminAllowed(remote) {
-		return nil, wire.Stat{}, wire.ErrReconfigDisabled
+// reconfig serves a client's reconfig request (opcode 16) from remote,
+// read with the identities auth, and returns the new configuration with
+// its stat, or the error code to answer with.
+func (m *Member) reconfig(ctx context.Context, remote net.Addr, auth []tree.Identity, req *wire.ReconfigRequest) ([]byte, wire.Stat, wire.Code) {
+	if code := m.reconfigRefusal(remote, auth); code != wire.OK {
+		return nil, wire.Stat{}, code
 	}
 	ch, err := parseReconfig(req)
 	if err != nil {

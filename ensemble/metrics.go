@@ -80,6 +80,7 @@ func newMetrics(src metricSources) *metrics {
 		st.stages,
 		st.notified,
 		st.grouped,
+		st.refused,
 		x.store,
 		gauge("coordrun_outstanding_requests", "Client requests read but not yet answered.",
 			func() float64 { return float64(st.outstanding.Load()) }),

@@ -98,7 +98,7 @@ func (m *Member) startRaft() error {
 	case existing && cfg.Restore != "":
 		return configError("Restore", "--restore needs an empty data dir; %s holds a member's state already", cfg.DataDir)
 	case !existing && cfg.Restore != "":
-		if err := seedFromBackup(cfg.Restore, snaps, m.trans, cfg.Peers); err != nil {
+		if err := seedFromBackup(cfg.Restore, snaps, m.trans, cfg.Peers, m.log); err != nil {
 			return configError("Restore", "restore %s: %w", cfg.Restore, err)
 		}
 	case !existing && !cfg.Join:

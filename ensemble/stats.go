@@ -39,6 +39,8 @@ type requestStats struct {
 	stageObs [numStages]prometheus.Observer
 	notified prometheus.Histogram
 	grouped  prometheus.Histogram // writes per group entry the leader proposed
+
+	refused *prometheus.CounterVec // administrative requests refused, by what (adminid.go)
 }
 
 // The stages of a write, in the order it passes them. A write on the
@@ -83,6 +85,7 @@ func newRequestStats() *requestStats {
 	for i, name := range stageNames {
 		s.stageObs[i] = s.stages.WithLabelValues(name)
 	}
+	s.refused = newRefusedCounter()
 	s.notified = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name:    "coordrun_notification_seconds",
 		Help:    "Time from applying a change here to writing its watch notification to the client's socket (per batch written).",

@@ -407,7 +407,7 @@ func (b *backend) leader() int {
 func startCoordrun(n int) (*backend, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	c, err := ensembletest.Launch(ctx, n)
+	c, err := ensembletest.Launch(ctx, n, ensembletest.FourLetterWords("srvr", "ruok", "isro", "mbrs", "mntr"))
 	if err != nil {
 		return nil, err
 	}

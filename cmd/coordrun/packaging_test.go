@@ -582,7 +582,9 @@ func TestServerTemplateUnit(t *testing.T) {
 	plain := settings("coordrun-server.service", strings.NewReplacer())
 	tmpl := settings("coordrun-server@.service", strings.NewReplacer(
 		"--config /etc/coordrun/%i.yaml", "--config /etc/coordrun/coordrun.yaml",
-		"StateDirectory=coordrun/%i", "StateDirectory=coordrun"))
+		"StateDirectory=coordrun/%i", "StateDirectory=coordrun",
+		"RuntimeDirectory=coordrun/%i", "RuntimeDirectory=coordrun",
+		"/run/coordrun/%i/admin.sock", "/run/coordrun/admin.sock"))
 	if !slices.Equal(plain, tmpl) {
 		t.Errorf("the template's settings differ from the plain unit's:\nplain:    %q\ntemplate: %q", plain, tmpl)
 	}

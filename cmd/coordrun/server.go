@@ -41,7 +41,12 @@ from it; --peers only matters the first time.
 	f.Bool("dev", false, "one throwaway member: temporary data dir, id 1, peer port on loopback")
 	f.Bool("join", false, "start as a new member of a running ensemble: no bootstrap; add it with coordrun ensemble add")
 	f.String("restore", "", "seed a new (empty) data dir from a backup made with coordrun ensemble snapshot save")
-	f.StringSlice("admin-from", nil, "client networks (CIDR) besides loopback allowed to change members and save snapshots")
+	f.StringSlice("admin-from", nil, "client networks (CIDR) besides loopback from which an administrator may change members and save snapshots over TCP (an address alone is never enough)")
+	f.String("super-digest", "", "the super user as user:BASE64(SHA1(user:password)), as ZooKeeper's superDigest: a client that authenticates as it may change members and passes every ACL (put it in a 0600 config file as super-digest:, not on the command line)")
+	f.StringSlice("super-x509", nil, "client certificate identities (as --tls-client-identity derives them) that are the super user; needs --tls-client-ca")
+	f.String("admin-socket", "", "Unix socket serving the client protocol to the administrator (root and this member's uid): such a client is the super user (e.g. /run/coordrun/admin.sock)")
+	f.IntSlice("admin-socket-uids", nil, "uids allowed on --admin-socket instead of root and this member's own")
+	f.StringSlice("four-letter-words", nil, "four-letter words the client port answers, or * for all (default srvr,ruok,isro,mbrs; ruok always answers)")
 	f.Duration("min-session-timeout", 4*time.Second, "smallest session timeout granted")
 	f.Duration("max-session-timeout", 40*time.Second, "largest session timeout granted")
 	f.Int("max-data-bytes", 1<<20, "largest znode data accepted")
@@ -103,6 +108,11 @@ func runServer(cmd *cobra.Command, _ []string) error {
 		Pprof:             v.GetBool("admin-pprof"),
 		StatusLockRoot:    v.GetString("status-lock-root"),
 		StatusCronRoot:    v.GetString("status-cron-root"),
+		SuperDigest:       v.GetString("super-digest"),
+		SuperX509:         v.GetStringSlice("super-x509"),
+		AdminSocket:       v.GetString("admin-socket"),
+		AdminSocketUIDs:   v.GetIntSlice("admin-socket-uids"),
+		FourLetterWords:   v.GetStringSlice("four-letter-words"),
 		Join:              v.GetBool("join"),
 		Restore:           v.GetString("restore"),
 		Logger:            log,
@@ -155,6 +165,7 @@ func runServer(cmd *cobra.Command, _ []string) error {
 		return err
 	}
 	cfg.StoreCheck = checkStoreInChild
+	warnReadableSecret(log, v.ConfigFileUsed(), v.InConfig("super-digest"))
 	m, err := ensemble.Start(cfg)
 	if errors.Is(err, ensemble.ErrConfig) {
 		return usageError{settingError(err, v.ConfigFileUsed())}

@@ -147,7 +147,8 @@ var errRefused = errors.New("server closed the connection during the handshake")
 // the connection if it wants it.
 func (c *Client) dial(ctx context.Context, server string, key sessionKey) (*conn, error) {
 	d := net.Dialer{Timeout: c.cfg.DialTimeout}
-	raw, err := d.DialContext(ctx, "tcp", server)
+	network, addr := splitNetwork(server)
+	raw, err := d.DialContext(ctx, network, addr)
 	if err != nil {
 		return nil, err
 	}
@@ -155,7 +156,7 @@ func (c *Client) dial(ctx context.Context, server string, key sessionKey) (*conn
 		_ = tc.SetNoDelay(true)
 	}
 	nc := raw
-	if c.cfg.TLS != nil {
+	if c.cfg.TLS != nil && network == "tcp" {
 		tc, err := c.startTLS(ctx, raw, server)
 		if err != nil {
 			abandon(raw)

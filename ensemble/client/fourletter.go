@@ -13,7 +13,8 @@ import (
 // FourLetter sends a four-letter word (ruok, srvr, mntr, coordrun's mbrs
 // and snap, ...) to the client port at addr and returns the whole answer:
 // the server writes it and closes, as Apache ZooKeeper does. With tc set
-// it dials TLS, since a TLS client port takes the words over TLS too.
+// it dials TLS, since a TLS client port takes the words over TLS too; an
+// addr with UnixPrefix dials that Unix socket (never TLS).
 //
 // ctx bounds the dial, the TLS handshake and the read. An answer cut
 // short by ctx is returned with the error.
@@ -21,10 +22,11 @@ func FourLetter(ctx context.Context, addr, word string, tc *tls.Config) (string,
 	var d net.Dialer
 	var nc net.Conn
 	var err error
-	if tc != nil {
-		nc, err = (&tls.Dialer{NetDialer: &d, Config: tc}).DialContext(ctx, "tcp", addr)
+	network, dialAddr := splitNetwork(addr)
+	if tc != nil && network == "tcp" {
+		nc, err = (&tls.Dialer{NetDialer: &d, Config: tc}).DialContext(ctx, network, dialAddr)
 	} else {
-		nc, err = d.DialContext(ctx, "tcp", addr)
+		nc, err = d.DialContext(ctx, network, dialAddr)
 	}
 	if err != nil {
 		return "", err

@@ -12,6 +12,7 @@ import (
 	"maps"
 	"math"
 	"slices"
+	"strings"
 )
 
 // Snapshot layout (all integers varints unless noted):
@@ -42,7 +43,50 @@ var errCorruptSnapshot = errors.New("tree: corrupt snapshot")
 
 // WriteSnapshot writes the whole state: nodes with their data, ACLs and
 // stats, sessions, and the session id counter.
-func (t *Tree) WriteSnapshot(w io.Writer) error {
+func (t *Tree) WriteSnapshot(w io.Writer) error { return t.writeSnapshot(w, nil) }
+
+// WriteRedactedSnapshot writes the state as WriteSnapshot does, less its
+// secrets, for a backup that leaves the member: the password hash of every
+// digest ACL entry becomes RedactedDigest ("bob:x", as GetACL shows it to
+// a reader without ADMIN), which no password matches, and every session's
+// password is the one password(id) gives. The caller gives passwords no
+// client knows (random ones), so a session restored from the backup
+// cannot be taken over and expires after its timeout. The result reads
+// back with ReadSnapshot like any other.
+func (t *Tree) WriteRedactedSnapshot(w io.Writer, password func(id int64) []byte) error {
+	return t.writeSnapshot(w, password)
+}
+
+// RedactedDigest is what a redacted snapshot keeps of a digest ACL
+// entry's hash.
+const RedactedDigest = "x"
+
+// RedactedDigests counts the digest ACL entries of the tree whose hash was
+// redacted (user:x): after a restore from a redacted backup their nodes
+// need a setACL by the super user before anyone but super can use them.
+func (t *Tree) RedactedDigests() int {
+	n := 0
+	for _, e := range t.acls {
+		for _, a := range e.acl {
+			if a.Scheme == schemeDigest && strings.HasSuffix(a.ID, ":"+RedactedDigest) {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+func redactDigest(a ACL) ACL {
+	if a.Scheme == schemeDigest {
+		if j := strings.IndexByte(a.ID, ':'); j >= 0 {
+			a.ID = a.ID[:j+1] + RedactedDigest
+		}
+	}
+	return a
+}
+
+func (t *Tree) writeSnapshot(w io.Writer, password func(id int64) []byte) error {
+	redact := password != nil
 	bw := bufio.NewWriterSize(w, 64<<10)
 	e := snapEncoder{w: bw, crc: crc32.New(castagnoli)}
 	e.raw([]byte(snapMagic))
@@ -55,7 +99,11 @@ func (t *Tree) WriteSnapshot(w io.Writer) error {
 		s := t.sessions[id]
 		e.varint(id)
 		e.varint(int64(s.timeout))
-		e.bytes(s.password)
+		if redact {
+			e.bytes(password(id))
+		} else {
+			e.bytes(s.password)
+		}
 	}
 
 	keys := slices.Sorted(maps.Keys(t.acls))
@@ -66,6 +114,9 @@ func (t *Tree) WriteSnapshot(w io.Writer) error {
 		acl := t.acls[k].acl
 		e.uvarint(uint64(len(acl)))
 		for _, a := range acl {
+			if redact {
+				a = redactDigest(a)
+			}
 			e.varint(int64(a.Perms))
 			e.string(a.Scheme)
 			e.string(a.ID)

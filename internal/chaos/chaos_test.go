@@ -236,4 +236,13 @@ func TestFaultsTakeEffect(t *testing.T) {
 	if out, err := ask(c.ClientAddr(0), "ruok", 5*time.Second); out != "imok" {
 		t.Fatalf("ruok after the cut healed: %q, %v", out, err)
 	}
+
+	// A rebuild (ensemble remove and add) and a snapshot, both of which
+	// need the super user, go over the members' admin sockets.
+	if err := c.Rebuild(ctx, 2); err != nil {
+		t.Fatalf("rebuild: %v", err)
+	}
+	if _, tr, err := c.Snapshot(0); err != nil || tr.NodeCount() == 0 {
+		t.Fatalf("snapshot: %v", err)
+	}
 }

@@ -61,6 +61,7 @@ type Cluster struct {
 	bin     string
 	members []*member
 	layout  testkit.ProcessEnsemble // the members' own addresses; peers dial the proxies
+	sockDir string                  // the members' admin sockets: a short path, as Unix sockets need
 
 	// mu guards the network policy below; procMu the processes.
 	mu        sync.Mutex
@@ -72,6 +73,7 @@ type Cluster struct {
 type member struct {
 	idx                   int
 	id, ip, dir, logPath  string
+	sock                  string         // its admin socket, for membership changes and snapshots
 	clientReal, peerReal  string         // where the process listens
 	clientProxy, peerProx *testkit.Proxy // what clients and the other members dial
 	proc                  *testkit.Process
@@ -127,8 +129,15 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	// connections the proxy holds silent until their session ends would
 	// count against the rest.
 	c.layout = testkit.ProcessEnsemble{Bin: c.bin, Args: append([]string{"--min-session-timeout", "2s", "--log-level", "warn", "--max-client-conns", "0"}, cfg.Args...)}
+	sockDir, err := os.MkdirTemp("", "chaos")
+	if err != nil {
+		c.Close()
+		return nil, err
+	}
+	c.sockDir = sockDir
 	for i := 0; i < n; i++ {
 		m := &member{idx: i, id: strconv.Itoa(i + 1), ip: memberIP(i)}
+		m.sock = filepath.Join(sockDir, m.id+".sock")
 		m.dir = filepath.Join(cfg.Dir, "member-"+m.id)
 		m.logPath = filepath.Join(cfg.Dir, "member-"+m.id+".log")
 		if err := os.MkdirAll(m.dir, 0o755); err != nil {
@@ -188,7 +197,7 @@ func (c *Cluster) startMember(m *member) error {
 	if m.proc != nil {
 		return fmt.Errorf("chaos: member %s is running", m.id)
 	}
-	var extra []string
+	extra := []string{"--admin-socket", m.sock}
 	if m.join {
 		extra = append(extra, "--join")
 	}
@@ -414,7 +423,7 @@ func (c *Cluster) Heal() {
 }
 
 // admin runs a coordrun client command against the members other than
-// skip, directly (not through the proxies), until one succeeds.
+// skip, on their admin sockets, until one succeeds.
 func (c *Cluster) admin(ctx context.Context, skip int, args ...string) error {
 	var last error
 	for {
@@ -423,7 +432,7 @@ func (c *Cluster) admin(ctx context.Context, skip int, args ...string) error {
 				continue
 			}
 			actx, cancel := context.WithTimeout(ctx, 20*time.Second)
-			full := append(append([]string{}, args...), "--servers", m.clientReal, "--timeout", "10s")
+			full := append(append([]string{}, args...), "--admin-socket", m.sock, "--timeout", "10s")
 			out, err := exec.CommandContext(actx, c.bin, full...).CombinedOutput()
 			cancel()
 			if err == nil {
@@ -530,10 +539,11 @@ func (c *Cluster) healthy(target *uint64) error {
 	return nil
 }
 
-// Snapshot streams member i's tree (the `snap` word) directly from its
-// client port. The member first catches up with the leader.
+// Snapshot streams member i's whole tree, secrets included (the `snpf`
+// word), from its admin socket. The member first catches up with the
+// leader.
 func (c *Cluster) Snapshot(i int) (int64, *tree.Tree, error) {
-	out, err := ask(c.members[i].clientReal, "snap", 30*time.Second)
+	out, err := ask(client.UnixPrefix+c.members[i].sock, "snpf", 30*time.Second)
 	if err != nil {
 		return 0, nil, err
 	}
@@ -550,6 +560,9 @@ func (c *Cluster) LogPath(i int) string { return c.members[i].logPath }
 func (c *Cluster) Close() {
 	for i := range c.members {
 		_ = c.Kill(i)
+	}
+	if c.sockDir != "" {
+		os.RemoveAll(c.sockDir)
 	}
 	for _, m := range c.members {
 		if m.clientProxy != nil {

@@ -741,11 +741,14 @@ scenario_hardening() {
   pid=$(prop coordrun-server MainPID)
   [ "$(word ruok)" = imok ] || fail "ruok under the shipped hardening"
   ct coordrun run --name hardening -- true >/dev/null 2>&1 || fail "a write under the shipped hardening"
-  ct coordrun ensemble snapshot save /root/hardening.snap --servers 127.0.0.1:2181 >/dev/null || fail "ensemble snapshot save"
+  ct coordrun ensemble snapshot save /root/hardening.snap --admin-socket /run/coordrun/admin.sock >/dev/null || fail "ensemble snapshot save on the admin socket"
+  ct setpriv --reuid 65534 --regid 65534 --clear-groups coordrun ensemble snapshot save /tmp/nobody.snap --servers 127.0.0.1:2181 >/dev/null 2>&1 &&
+    fail "uid 65534 saved a snapshot"
+  [ "$(ct stat -c '%a %U' /run/coordrun/admin.sock)" = "600 coordrun" ] || fail "admin socket: $(ct stat -c '%a %U' /run/coordrun/admin.sock)"
   ct test -s /root/hardening.snap || fail "the snapshot is empty"
   local modes
   modes=$(ct sh -c 'stat -c "%a %n" /var/lib/coordrun/raft.db /var/lib/coordrun/snapshots 2>/dev/null')
-  show "ruok imok; a write; snapshot save $(ct stat -c %s /root/hardening.snap) bytes; data dir: $(tr '\n' ' ' <<<"$modes")"
+  show "ruok imok; a write; snapshot save on the admin socket $(ct stat -c %s /root/hardening.snap) bytes, refused to uid 65534; data dir: $(tr '\n' ' ' <<<"$modes")"
   awk '{ n = length($1); if (substr($1, n - 1, 2) != "00") bad = 1 } END { exit !bad }' <<<"$modes" &&
     fail "data dir files open to group or others: $modes"
   local end=$((SECONDS + 12))

@@ -488,7 +488,7 @@ func forEachRecipeBackend(t *testing.T, f func(t *testing.T, b recipeBackend)) {
 // coordrunBackend starts three members on loopback for the test.
 func coordrunBackend(t *testing.T) recipeBackend {
 	t.Helper()
-	return recipeBackend{name: "coordrun", servers: ensembletest.Start(t, 3).Servers(), root: "/recipes"}
+	return recipeBackend{name: "coordrun", servers: ensembletest.Start(t, 3, ensembletest.FourLetterWords("srvr", "ruok", "isro", "mbrs", "wchp")).Servers(), root: "/recipes"}
 }
 
 // zookeeperBackend starts a standalone Apache ZooKeeper for the test, or

@@ -61,3 +61,10 @@ func memberConfig(s testkit.MemberSpec) ensemble.Config {
 	}
 	return cfg
 }
+
+// FourLetterWords is a tweak for members that answer these words (as
+// --four-letter-words; "*" for all) instead of the default srvr, ruok,
+// isro and mbrs: for tests that read mntr, wchp and the like.
+func FourLetterWords(words ...string) func(*ensemble.Config) {
+	return func(cfg *ensemble.Config) { cfg.FourLetterWords = words }
+}
