@@ -110,8 +110,8 @@ func (p pageTree) Get(path string) ([]byte, statuspage.Stat, error) {
 	return data, pageStat(st), pageErr(err)
 }
 
-func (p pageTree) Children(path string) ([]string, statuspage.Stat, error) {
-	kids, st, err := p.t.Children(path, nil)
+func (p pageTree) FirstChildren(path string, n int, cmp func(a, b string) int) ([]string, statuspage.Stat, error) {
+	kids, st, err := p.t.FirstChildren(path, nil, n, cmp)
 	return kids, pageStat(st), pageErr(err)
 }
 

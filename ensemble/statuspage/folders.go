@@ -1,0 +1,78 @@
+package statuspage
+
+import (
+	"sync"
+)
+
+// folderCache keeps the names last read of the lock and cron roots, so
+// that the broadcaster's read every second costs an Exists while neither
+// folder changes. Anyone may create children under the lock root (its
+// ACL is open by default), and reading even the first maxLocks of
+// 200,000 visits all of them while writes wait.
+//
+// An entry holds while the folder's stat says its children and its ACL
+// are as they were: a child's create or delete moves the parent's pzxid
+// (and a create its cversion), a setACL its aversion, and a folder
+// deleted and made again has another czxid. The stat is replicated state,
+// so it tells the same of a tree restored from a snapshot.
+type folderCache struct {
+	mu      sync.Mutex // guards folders
+	folders map[string]folderNames
+	// reads counts the FirstChildren calls made for a miss, for tests.
+	reads int
+}
+
+type folderNames struct {
+	stat  Stat
+	n     int
+	names []string // shared by every reader: never modified
+}
+
+func newFolderCache() *folderCache {
+	return &folderCache{folders: map[string]folderNames{}}
+}
+
+// sameChildren reports whether two stats of one path show the same
+// children under the same ACL.
+func sameChildren(a, b Stat) bool {
+	return a.Czxid == b.Czxid && a.Pzxid == b.Pzxid && a.Cversion == b.Cversion &&
+		a.Aversion == b.Aversion && a.NumChildren == b.NumChildren
+}
+
+// first is t.FirstChildren(p, n, nil), from the cache while p's children
+// are unchanged. The caller must not modify the names. A nil cache reads
+// the tree every time.
+func (c *folderCache) first(t Tree, p string, n int) ([]string, Stat, error) {
+	if c == nil {
+		return t.FirstChildren(p, n, nil)
+	}
+	st, err := t.Exists(p)
+	if err != nil {
+		return nil, Stat{}, err
+	}
+	c.mu.Lock()
+	f, ok := c.folders[p]
+	c.mu.Unlock()
+	if ok && f.n == n && sameChildren(f.stat, st) {
+		return f.names, st, nil
+	}
+	names, st, err := t.FirstChildren(p, n, nil)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.reads++
+	if err != nil {
+		// Not kept: an error costs the tree nothing to say again.
+		delete(c.folders, p)
+		return nil, st, err
+	}
+	// The roots are two fixed paths: the map stays that small.
+	c.folders[p] = folderNames{stat: st, n: n, names: names}
+	return names, st, nil
+}
+
+// misses is how many times first read the tree.
+func (c *folderCache) misses() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.reads
+}
