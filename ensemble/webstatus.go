@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"math"
-	"net/netip"
 
 	"github.com/coordrun/coordrun/ensemble/statuspage"
 	"github.com/coordrun/coordrun/ensemble/tree"
@@ -155,11 +154,4 @@ func pageErr(err error) error {
 		return statuspage.ErrNoAuth
 	}
 	return err
-}
-
-// pageAllowed is the status page's access check: the same as for
-// snapshots and membership changes (adminAllowed).
-func (m *Member) pageAllowed(remote string) bool {
-	ap, err := netip.ParseAddrPort(remote)
-	return err == nil && m.adminAllowedAddr(ap.Addr())
 }
