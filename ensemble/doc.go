@@ -27,8 +27,9 @@
 //	metrics.go     Prometheus, read from requestStats and the member's getters
 //	fourletter.go  the four-letter words; status.go the status report
 //	membership.go  membership changes; backup.go snapshots to and from files
-//	admin.go       the admin HTTP listener; webstatus.go what its status
-//	               page (ensemble/statuspage) reads of the member
+//	admin.go       the admin HTTP listener; adminaccess.go who it answers;
+//	               webstatus.go what its status page (ensemble/statuspage)
+//	               reads of the member
 //	goroutines.go  the tracker every goroutine starts through; kick, broadcast
 //	config.go, tls.go, certid.go   configuration, TLS, certificate identities
 //
