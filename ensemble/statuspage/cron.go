@@ -142,9 +142,9 @@ type namedData struct {
 }
 
 // readCron collects the jobs under root inside a tree view; the root's
-// names come through roots.
-func readCron(t Tree, roots *folderCache, root string) ([]jobRaw, error) {
-	kids, st, err := roots.first(t, root, maxJobs)
+// names come through roots, at now.
+func readCron(t Tree, roots *folderCache, now time.Time, root string) ([]jobRaw, error) {
+	kids, st, err := roots.first(t, root, maxJobs, now)
 	if err != nil {
 		return nil, err
 	}

@@ -2,6 +2,7 @@ package statuspage
 
 import (
 	"sync"
+	"time"
 )
 
 // folderCache keeps the names last read of the lock and cron roots, so
@@ -15,8 +16,14 @@ import (
 // (and a create its cversion), a setACL its aversion, and a folder
 // deleted and made again has another czxid. The stat is replicated state,
 // so it tells the same of a tree restored from a snapshot.
+//
+// A folder with more children than are shown is cut off anyway, and
+// someone who keeps changing it would make every read visit them all: its
+// names are read again at most every refreshLarge, the count at once.
+// Not so after a setACL: names are never shown past an ACL that may now
+// hide them.
 type folderCache struct {
-	mu      sync.Mutex // guards folders
+	mu      sync.Mutex // guards folders and reads
 	folders map[string]folderNames
 	// reads counts the FirstChildren calls made for a miss, for tests.
 	reads int
@@ -24,9 +31,14 @@ type folderCache struct {
 
 type folderNames struct {
 	stat  Stat
+	at    time.Time // when the names were read
 	n     int
 	names []string // shared by every reader: never modified
 }
+
+// refreshLarge is how long the names of a folder with more children than
+// are shown may be kept while it changes.
+const refreshLarge = 5 * time.Second
 
 func newFolderCache() *folderCache {
 	return &folderCache{folders: map[string]folderNames{}}
@@ -40,9 +52,10 @@ func sameChildren(a, b Stat) bool {
 }
 
 // first is t.FirstChildren(p, n, nil), from the cache while p's children
-// are unchanged. The caller must not modify the names. A nil cache reads
-// the tree every time.
-func (c *folderCache) first(t Tree, p string, n int) ([]string, Stat, error) {
+// are unchanged (or for a while, when there are more than n); now is the
+// time of the read. The caller must not modify the names. A nil cache
+// reads the tree every time.
+func (c *folderCache) first(t Tree, p string, n int, now time.Time) ([]string, Stat, error) {
 	if c == nil {
 		return t.FirstChildren(p, n, nil)
 	}
@@ -53,7 +66,12 @@ func (c *folderCache) first(t Tree, p string, n int) ([]string, Stat, error) {
 	c.mu.Lock()
 	f, ok := c.folders[p]
 	c.mu.Unlock()
-	if ok && f.n == n && sameChildren(f.stat, st) {
+	switch {
+	case !ok || f.n != n:
+	case sameChildren(f.stat, st):
+		return f.names, st, nil
+	case f.stat.Czxid == st.Czxid && f.stat.Aversion == st.Aversion && int(f.stat.NumChildren) > n && int(st.NumChildren) > n &&
+		now.Sub(f.at) < refreshLarge && now.Sub(f.at) >= 0:
 		return f.names, st, nil
 	}
 	names, st, err := t.FirstChildren(p, n, nil)
@@ -66,7 +84,7 @@ func (c *folderCache) first(t Tree, p string, n int) ([]string, Stat, error) {
 		return nil, st, err
 	}
 	// The roots are two fixed paths: the map stays that small.
-	c.folders[p] = folderNames{stat: st, n: n, names: names}
+	c.folders[p] = folderNames{stat: st, at: now, n: n, names: names}
 	return names, st, nil
 }
 

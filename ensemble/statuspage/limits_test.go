@@ -130,14 +130,22 @@ type bigRootSource struct {
 
 func (s bigRootSource) ReadTree(fn func(Tree)) { fn(s.tree) }
 
+func (b *bigRoot) setACL() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.stat.Aversion++
+}
+
 // TestLockRootReadBounded: with 200,000 children under the lock root, the
 // page takes at most maxLocks names from the tree, never all of them, and
-// while the root is unchanged it does not read its children again; a new
-// child makes it read them once more.
+// while the root is unchanged it does not read its children again. A
+// changed root is read again after refreshLarge (its count at once), or
+// at once when its ACL changed.
 func TestLockRootReadBounded(t *testing.T) {
 	const children = 200_000
 	b := newBigRoot(DefaultLockRoot, children)
-	s := New(bigRootSource{newFakeSource(), b}, Options{Now: func() time.Time { return fixedNow }})
+	now := fixedNow
+	s := New(bigRootSource{newFakeSource(), b}, Options{Now: func() time.Time { return now }})
 
 	v := s.locks()
 	calls, given, full := b.counts(DefaultLockRoot)
@@ -150,11 +158,11 @@ func TestLockRootReadBounded(t *testing.T) {
 		t.Fatalf("%d locks shown (%s ... %s), error %q", len(v.Locks), v.Locks[0].Name, v.Locks[len(v.Locks)-1].Name, v.Error)
 	}
 
-	// What the broadcaster does every second: the whole state, twice.
+	// What the broadcaster does every second: the whole state.
 	ctx := testkit.Context(t, 10*time.Second)
-	for range 2 {
-		st := s.state(ctx)
-		if len(st.Locks.Locks) != maxLocks {
+	for range 3 {
+		now = now.Add(time.Second)
+		if st := s.state(ctx); len(st.Locks.Locks) != maxLocks {
 			t.Fatalf("state: %d locks", len(st.Locks.Locks))
 		}
 	}
@@ -164,11 +172,31 @@ func TestLockRootReadBounded(t *testing.T) {
 
 	b.add("aaa-first")
 	v = s.locks()
-	if c, g, full := b.counts(DefaultLockRoot); c != calls+1 || g-given > maxLocks || full != 0 {
-		t.Errorf("after a new child: %d calls, %d more names, %d full reads; want %d, at most %d, none", c, g-given, full, calls+1, maxLocks)
+	if c, _, _ := b.counts(DefaultLockRoot); c != calls || !strings.HasPrefix(v.Error, fmt.Sprint(children+1)) {
+		t.Errorf("a new child within %s of the last read: %d calls, want %d; error %q", refreshLarge, c, calls, v.Error)
 	}
-	if v.Locks[0].Name != "aaa-first" || !strings.HasPrefix(v.Error, fmt.Sprint(children+1)) {
-		t.Errorf("after a new child: first lock %q, error %q", v.Locks[0].Name, v.Error)
+	now = now.Add(refreshLarge)
+	v = s.locks()
+	if c, g, full := b.counts(DefaultLockRoot); c != calls+1 || g-given > maxLocks || full != 0 {
+		t.Errorf("after a new child and %s: %d calls, %d more names, %d full reads; want %d, at most %d, none",
+			refreshLarge, c, g-given, full, calls+1, maxLocks)
+	}
+	if v.Locks[0].Name != "aaa-first" {
+		t.Errorf("after a new child: first lock %q", v.Locks[0].Name)
+	}
+	b.add("aaa-second")
+	b.setACL()
+	if v = s.locks(); v.Locks[0].Name != "aaa-first" || v.Locks[1].Name != "aaa-second" {
+		t.Errorf("after a setACL: locks %q, %q; want the root read again", v.Locks[0].Name, v.Locks[1].Name)
+	}
+
+	// A root with no more children than are shown is read again at once.
+	small := newBigRoot(DefaultLockRoot, 3)
+	s = New(bigRootSource{newFakeSource(), small}, Options{Now: func() time.Time { return fixedNow }})
+	s.locks()
+	small.add("job-new")
+	if v := s.locks(); len(v.Locks) != 4 || v.Error != "" {
+		t.Errorf("small root after a new child: %d locks, error %q", len(v.Locks), v.Error)
 	}
 }
 

@@ -130,8 +130,8 @@ type rawNode struct {
 }
 
 // readLocks collects the locks under root, or just the one named only;
-// the root's names come through roots.
-func readLocks(t Tree, roots *folderCache, root, only string) ([]lockRaw, error) {
+// the root's names come through roots, at now.
+func readLocks(t Tree, roots *folderCache, now time.Time, root, only string) ([]lockRaw, error) {
 	var names []string
 	var err error
 	if only != "" {
@@ -140,7 +140,7 @@ func readLocks(t Tree, roots *folderCache, root, only string) ([]lockRaw, error)
 		}
 		names = []string{only}
 	} else {
-		kids, st, err0 := roots.first(t, root, maxLocks)
+		kids, st, err0 := roots.first(t, root, maxLocks, now)
 		if err0 != nil {
 			return nil, err0
 		}

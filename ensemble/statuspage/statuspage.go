@@ -205,8 +205,8 @@ func (s *Server) state(ctx context.Context) State {
 	var jobs []jobRaw
 	var lerr, cerr error
 	s.src.ReadTree(func(t Tree) {
-		locks, lerr = readLocks(t, s.roots, s.o.LockRoot, "")
-		jobs, cerr = readCron(t, s.roots, s.o.CronRoot)
+		locks, lerr = readLocks(t, s.roots, s.o.Now(), s.o.LockRoot, "")
+		jobs, cerr = readCron(t, s.roots, s.o.Now(), s.o.CronRoot)
 	})
 	st.Locks = s.lockViews(locks, lerr)
 	st.Cron = s.cronView(jobs, cerr)
@@ -217,7 +217,7 @@ func (s *Server) state(ctx context.Context) State {
 func (s *Server) locks() LocksView {
 	var locks []lockRaw
 	var err error
-	s.src.ReadTree(func(t Tree) { locks, err = readLocks(t, s.roots, s.o.LockRoot, "") })
+	s.src.ReadTree(func(t Tree) { locks, err = readLocks(t, s.roots, s.o.Now(), s.o.LockRoot, "") })
 	return s.lockViews(locks, err)
 }
 
@@ -241,7 +241,7 @@ func (s *Server) lockViews(raw []lockRaw, err error) LocksView {
 func (s *Server) cron() CronView {
 	var jobs []jobRaw
 	var err error
-	s.src.ReadTree(func(t Tree) { jobs, err = readCron(t, s.roots, s.o.CronRoot) })
+	s.src.ReadTree(func(t Tree) { jobs, err = readCron(t, s.roots, s.o.Now(), s.o.CronRoot) })
 	return s.cronView(jobs, err)
 }
 
@@ -261,7 +261,7 @@ func (s *Server) cronView(raw []jobRaw, err error) CronView {
 func (s *Server) lock(name string) (LockView, bool) {
 	var raw []lockRaw
 	var err error
-	s.src.ReadTree(func(t Tree) { raw, err = readLocks(t, nil, s.o.LockRoot, name) })
+	s.src.ReadTree(func(t Tree) { raw, err = readLocks(t, nil, time.Time{}, s.o.LockRoot, name) })
 	if errors.Is(err, ErrNoNode) || len(raw) == 0 {
 		return LockView{}, false
 	}
