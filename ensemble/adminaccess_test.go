@@ -62,6 +62,10 @@ func TestParseAdminNetwork(t *testing.T) {
 	if err := cfg.setDefaults(); err == nil || !strings.Contains(err.Error(), "--admin-host") {
 		t.Errorf("AdminHosts with a port: %v", err)
 	}
+	cfg = Config{ID: "1", DataDir: "/nonexistent", PeerAddr: "127.0.0.1:1", AdminAllow: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}}
+	if err := cfg.setDefaults(); err == nil || !strings.Contains(err.Error(), "--admin-addr") {
+		t.Errorf("AdminAllow without AdminAddr: %v", err)
+	}
 }
 
 // The guard on a handler, with the client's address as the HTTP server

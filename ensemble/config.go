@@ -232,6 +232,9 @@ func (c *Config) setDefaults() error {
 	if c.Pprof && c.AdminAddr == "" {
 		return configError("Pprof", "profiles are served on the admin listener: pprof needs an admin address")
 	}
+	if (len(c.AdminAllow) > 0 || len(c.AdminHosts) > 0) && c.AdminAddr == "" {
+		return configError("AdminAllow", "--admin-allow and --admin-host say whom the admin listener answers: they need --admin-addr")
+	}
 	for _, h := range c.AdminHosts {
 		if err := checkAdminHost(h); err != nil {
 			return &ConfigError{Field: "AdminHosts", Err: err}
