@@ -23,10 +23,8 @@ import (
 // Not so after a setACL: names are never shown past an ACL that may now
 // hide them.
 type folderCache struct {
-	mu      sync.Mutex // guards folders and reads
+	mu      sync.Mutex // guards folders
 	folders map[string]folderNames
-	// reads counts the FirstChildren calls made for a miss, for tests.
-	reads int
 }
 
 type folderNames struct {
@@ -77,7 +75,6 @@ func (c *folderCache) first(t Tree, p string, n int, now time.Time) ([]string, S
 	names, st, err := t.FirstChildren(p, n, nil)
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.reads++
 	if err != nil {
 		// Not kept: an error costs the tree nothing to say again.
 		delete(c.folders, p)
@@ -86,11 +83,4 @@ func (c *folderCache) first(t Tree, p string, n int, now time.Time) ([]string, S
 	// The roots are two fixed paths: the map stays that small.
 	c.folders[p] = folderNames{stat: st, at: now, n: n, names: names}
 	return names, st, nil
-}
-
-// misses is how many times first read the tree.
-func (c *folderCache) misses() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.reads
 }

@@ -167,7 +167,7 @@ func (s *Server) Run(ctx context.Context) {
 			lastSample = now
 		}
 		switch {
-		case s.streamCount() > 0:
+		case s.Streams() > 0:
 			s.broadcast(ctx)
 		case sampled:
 			// Nobody watches: still follow the holders, for the

@@ -25,8 +25,6 @@ func (s *Server) Streams() int {
 	return len(s.streams)
 }
 
-func (s *Server) streamCount() int { return s.Streams() }
-
 // subscribe opens a stream for a client at addr: ch receives each changed
 // state (a newer one replaces one not yet taken). When too many are open,
 // in all or from addr, ch is nil and refused says which.
