@@ -141,10 +141,10 @@ type namedData struct {
 	data []byte
 }
 
-// readCron collects the jobs under root inside a tree view; the root's
-// names come through roots, at now.
-func readCron(t Tree, roots *folderCache, now time.Time, root string) ([]jobRaw, error) {
-	kids, st, err := roots.first(t, root, maxJobs, now)
+// readCron collects the jobs under root inside a tree view, reading
+// folders' names through f.
+func readCron(t Tree, f folders, root string) ([]jobRaw, error) {
+	kids, st, err := f.first(t, root, maxJobs, byName)
 	if err != nil {
 		return nil, err
 	}
@@ -153,12 +153,12 @@ func readCron(t Tree, roots *folderCache, now time.Time, root string) ([]jobRaw,
 	}
 	out := make([]jobRaw, 0, len(kids))
 	for _, k := range kids {
-		out = append(out, readJob(t, root, k))
+		out = append(out, readJob(t, f, root, k))
 	}
 	return out, err
 }
 
-func readJob(t Tree, root, name string) jobRaw {
+func readJob(t Tree, f folders, root, name string) jobRaw {
 	dir := path.Join(root, name)
 	r := jobRaw{name: name}
 	if r.def, _, r.err = t.Get(dir); r.err != nil {
@@ -170,7 +170,7 @@ func readJob(t Tree, root, name string) jobRaw {
 			r.paused = []byte{}
 		}
 	}
-	if hosts, _, err := t.FirstChildren(path.Join(dir, "hosts"), hostsShown, nil); err == nil {
+	if hosts, _, err := f.first(t, path.Join(dir, "hosts"), hostsShown, byName); err == nil {
 		for _, h := range hosts {
 			if b, _, err := t.Get(path.Join(dir, "hosts", h)); err == nil {
 				r.hosts = append(r.hosts, b)
@@ -179,7 +179,7 @@ func readJob(t Tree, root, name string) jobRaw {
 	}
 	// Names are zero-padded Unix seconds (a triggered firing's with a
 	// suffix): they sort as times, and the latest are the last by name.
-	firings, _, err := t.FirstChildren(path.Join(dir, "firings"), firingsShown, func(a, b string) int { return strings.Compare(b, a) })
+	firings, _, err := f.first(t, path.Join(dir, "firings"), firingsShown, latestFirst)
 	if err != nil && !errors.Is(err, ErrNoNode) {
 		r.err = err
 		return r

@@ -169,6 +169,9 @@ func TestLockRootReadBounded(t *testing.T) {
 	if c, g, _ := b.counts(DefaultLockRoot); c != calls || g != given {
 		t.Errorf("unchanged root read again: %d calls and %d names, want %d and %d", c, g, calls, given)
 	}
+	if c, _, _ := b.counts(DefaultLockRoot + "/job-0000007"); c != 1 {
+		t.Errorf("an unchanged lock's queue read %d times, want once", c)
+	}
 
 	b.add("aaa-first")
 	v = s.locks()

@@ -129,9 +129,9 @@ type rawNode struct {
 	owner bool // its ephemeral owner's session is live
 }
 
-// readLocks collects the locks under root, or just the one named only;
-// the root's names come through roots, at now.
-func readLocks(t Tree, roots *folderCache, now time.Time, root, only string) ([]lockRaw, error) {
+// readLocks collects the locks under root, or just the one named only,
+// reading folders' names through f.
+func readLocks(t Tree, f folders, root, only string) ([]lockRaw, error) {
 	var names []string
 	var err error
 	if only != "" {
@@ -140,7 +140,7 @@ func readLocks(t Tree, roots *folderCache, now time.Time, root, only string) ([]
 		}
 		names = []string{only}
 	} else {
-		kids, st, err0 := roots.first(t, root, maxLocks, now)
+		kids, st, err0 := f.first(t, root, maxLocks, byName)
 		if err0 != nil {
 			return nil, err0
 		}
@@ -151,12 +151,12 @@ func readLocks(t Tree, roots *folderCache, now time.Time, root, only string) ([]
 	}
 	out := make([]lockRaw, 0, len(names))
 	for _, name := range names {
-		out = append(out, readLock(t, root, name))
+		out = append(out, readLock(t, f, root, name))
 	}
 	return out, err
 }
 
-func readLock(t Tree, root, name string) lockRaw {
+func readLock(t Tree, f folders, root, name string) lockRaw {
 	r := lockRaw{name: name, dir: path.Join(root, name)}
 	rec, _, err := t.Get(r.dir)
 	if err != nil {
@@ -166,7 +166,7 @@ func readLock(t Tree, root, name string) lockRaw {
 	r.record = rec
 	// One more than shown, to tell a full queue from a cut one; names
 	// that are not queue nodes ("run") come last.
-	kids, st, err := t.FirstChildren(r.dir, maxQueue+1, queueOrder)
+	kids, st, err := f.first(t, r.dir, maxQueue+1, byQueue)
 	if err != nil {
 		r.err = err
 		return r

@@ -89,7 +89,7 @@ type Server struct {
 
 	samples *samples
 	holders *holderLog
-	roots   *folderCache // the lock and cron roots' names
+	names   *folderCache // of the folders the views list
 
 	mu      sync.Mutex                 // guards streams, perAddr and last
 	streams map[chan []byte]netip.Addr // open streams, with their client's address
@@ -136,7 +136,7 @@ func New(src Source, o Options) *Server {
 	return &Server{
 		src: src, o: o, page: parsePage(),
 		samples: newSamples(o.Samples), holders: newHolderLog(),
-		roots:   newFolderCache(),
+		names:   newFolderCache(),
 		streams: map[chan []byte]netip.Addr{}, perAddr: map[netip.Addr]int{}, done: make(chan struct{}),
 	}
 }
@@ -177,6 +177,9 @@ func (s *Server) Run(ctx context.Context) {
 	}
 }
 
+// folders reads folder names through the cache, now.
+func (s *Server) folders() folders { return folders{c: s.names, now: s.o.Now()} }
+
 // State is everything the page shows but a lock's detail and the tree:
 // what /api/state answers and every event of /api/events carries.
 type State struct {
@@ -205,8 +208,8 @@ func (s *Server) state(ctx context.Context) State {
 	var jobs []jobRaw
 	var lerr, cerr error
 	s.src.ReadTree(func(t Tree) {
-		locks, lerr = readLocks(t, s.roots, s.o.Now(), s.o.LockRoot, "")
-		jobs, cerr = readCron(t, s.roots, s.o.Now(), s.o.CronRoot)
+		locks, lerr = readLocks(t, s.folders(), s.o.LockRoot, "")
+		jobs, cerr = readCron(t, s.folders(), s.o.CronRoot)
 	})
 	st.Locks = s.lockViews(locks, lerr)
 	st.Cron = s.cronView(jobs, cerr)
@@ -217,7 +220,7 @@ func (s *Server) state(ctx context.Context) State {
 func (s *Server) locks() LocksView {
 	var locks []lockRaw
 	var err error
-	s.src.ReadTree(func(t Tree) { locks, err = readLocks(t, s.roots, s.o.Now(), s.o.LockRoot, "") })
+	s.src.ReadTree(func(t Tree) { locks, err = readLocks(t, s.folders(), s.o.LockRoot, "") })
 	return s.lockViews(locks, err)
 }
 
@@ -241,7 +244,7 @@ func (s *Server) lockViews(raw []lockRaw, err error) LocksView {
 func (s *Server) cron() CronView {
 	var jobs []jobRaw
 	var err error
-	s.src.ReadTree(func(t Tree) { jobs, err = readCron(t, s.roots, s.o.Now(), s.o.CronRoot) })
+	s.src.ReadTree(func(t Tree) { jobs, err = readCron(t, s.folders(), s.o.CronRoot) })
 	return s.cronView(jobs, err)
 }
 
@@ -261,7 +264,7 @@ func (s *Server) cronView(raw []jobRaw, err error) CronView {
 func (s *Server) lock(name string) (LockView, bool) {
 	var raw []lockRaw
 	var err error
-	s.src.ReadTree(func(t Tree) { raw, err = readLocks(t, nil, time.Time{}, s.o.LockRoot, name) })
+	s.src.ReadTree(func(t Tree) { raw, err = readLocks(t, folders{}, s.o.LockRoot, name) })
 	if errors.Is(err, ErrNoNode) || len(raw) == 0 {
 		return LockView{}, false
 	}
@@ -461,7 +464,7 @@ func (s *Server) apiJob(w http.ResponseWriter, r *http.Request) {
 	var err error
 	s.src.ReadTree(func(t Tree) {
 		if _, err = t.Exists(path.Join(s.o.CronRoot, name)); err == nil {
-			raw = readJob(t, s.o.CronRoot, name)
+			raw = readJob(t, folders{}, s.o.CronRoot, name)
 		}
 	})
 	if err != nil {
