@@ -13,17 +13,19 @@ import (
 	"time"
 
 	"github.com/coordrun/coordrun/ensemble/statuspage"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
 // adminServer is the member's HTTP listener for operators: Prometheus
 // metrics and health probes, and the status page with its JSON API
 // (statuspage) at / and /api/. It is off unless Config.AdminAddr is set.
-// It serves nothing that changes the member. The status page shows znode
-// data as a client without credentials may read it, and only to the
-// clients adminAllowed accepts. With Config.Pprof it also serves Go's
-// profiles under /debug/pprof/ (stacks and timings, no znode data), off
-// by default since a CPU profile costs CPU.
+// It serves nothing that changes the member, and all of it only to the
+// clients and Host names adminAccess accepts (loopback, AdminAllow,
+// AdminHosts). The status page shows znode data as a client without
+// credentials may read it. With Config.Pprof it also serves Go's
+// profiles under /debug/pprof/ (stacks, timings and the command line, no
+// znode data), off by default since a CPU profile costs CPU.
 type adminServer struct {
 	srv *http.Server
 	ln  net.Listener
@@ -58,18 +60,33 @@ func (m *Member) startAdmin() error {
 		mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
 		mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
 	}
+	access := newAdminAccess(&m.cfg)
+	refused := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "coordrun_admin_refused_total",
+		Help: "Requests the admin listener refused, by reason: address (not loopback or --admin-allow), host (Host not an IP, localhost " +
+			"or --admin-host), origin (another site's page), streams_per_address and streams_total (event streams over their cap).",
+	}, []string{"reason"})
+	for _, r := range []string{refusedAddress, refusedHost, refusedOrigin, statuspage.RefusedStreamsPerAddr, statuspage.RefusedStreamsTotal} {
+		refused.WithLabelValues(r)
+	}
+	count := func(reason string) { refused.WithLabelValues(reason).Inc() }
 	page := statuspage.New(pageSource{m}, statuspage.Options{
 		LockRoot: m.cfg.StatusLockRoot,
 		CronRoot: m.cfg.StatusCronRoot,
-		Allowed:  m.pageAllowed,
+		Allowed:  access.addrAllowed,
+		Refused:  count,
 		Log:      m.log,
 	})
+	m.metrics.reg.MustRegister(refused, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "coordrun_admin_event_streams",
+		Help: "Event streams open on the status page (at most 64, 8 per client address).",
+	}, func() float64 { return float64(page.Streams()) }))
 	mux.Handle("/", page.Handler())
 	m.tr.Go(func() { page.Run(m.ctx) })
 	a := &adminServer{
 		ln: ln,
 		srv: &http.Server{
-			Handler:           mux,
+			Handler:           access.guard(mux, count),
 			ReadHeaderTimeout: 10 * time.Second,
 			ErrorLog:          slog.NewLogLogger(m.log.Handler(), slog.LevelWarn),
 		},

@@ -134,6 +134,12 @@ type Config struct {
 	AdminAddr string
 	// Pprof serves Go's runtime profiles on the admin listener.
 	Pprof bool
+	// AdminAllow lists client networks besides loopback that the admin
+	// listener answers (all of it: metrics, health, pprof, the page);
+	// AdminHosts the host names, besides IP addresses, localhost and
+	// AdminAddr's host, that requests to it may carry in Host.
+	AdminAllow []netip.Prefix
+	AdminHosts []string
 	// StatusLockRoot and StatusCronRoot are the znode folders whose locks
 	// and cron jobs the status page on the admin listener shows: default
 	// those of coordrun run and coordrun cron, /coordrun/locks and
@@ -270,6 +276,14 @@ func (c *Config) setDefaults() error {
 	}
 	if c.Pprof && c.AdminAddr == "" {
 		return configError("Pprof", "profiles are served on the admin listener: pprof needs an admin address")
+	}
+	if (len(c.AdminAllow) > 0 || len(c.AdminHosts) > 0) && c.AdminAddr == "" {
+		return configError("AdminAllow", "--admin-allow and --admin-host say whom the admin listener answers: they need --admin-addr")
+	}
+	for _, h := range c.AdminHosts {
+		if err := checkAdminHost(h); err != nil {
+			return &ConfigError{Field: "AdminHosts", Err: err}
+		}
 	}
 	if err := c.checkTLS(); err != nil {
 		return err

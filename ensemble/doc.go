@@ -34,8 +34,9 @@
 //	adminid.go     who is the super user, who may reconfigure and snapshot
 //	adminsock.go   the admin socket: the client protocol for local admins
 //	sessionowner.go  sessions touched and relayed only by their connections
-//	admin.go       the admin HTTP listener; webstatus.go what its status
-//	               page (ensemble/statuspage) reads of the member
+//	admin.go       the admin HTTP listener; adminaccess.go who it answers;
+//	               webstatus.go what its status page (ensemble/statuspage)
+//	               reads of the member
 //	goroutines.go  the tracker every goroutine starts through; kick, broadcast
 //	config.go, tls.go, certid.go   configuration, TLS, certificate identities
 //

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"math"
-	"net/netip"
 
 	"github.com/coordrun/coordrun/ensemble/statuspage"
 	"github.com/coordrun/coordrun/ensemble/tree"
@@ -110,8 +109,8 @@ func (p pageTree) Get(path string) ([]byte, statuspage.Stat, error) {
 	return data, pageStat(st), pageErr(err)
 }
 
-func (p pageTree) Children(path string) ([]string, statuspage.Stat, error) {
-	kids, st, err := p.t.Children(path, nil)
+func (p pageTree) FirstChildren(path string, n int, cmp func(a, b string) int) ([]string, statuspage.Stat, error) {
+	kids, st, err := p.t.FirstChildren(path, nil, n, cmp)
 	return kids, pageStat(st), pageErr(err)
 }
 
@@ -155,11 +154,4 @@ func pageErr(err error) error {
 		return statuspage.ErrNoAuth
 	}
 	return err
-}
-
-// pageAllowed is the status page's access check: the same as for
-// snapshots and membership changes (adminAllowed).
-func (m *Member) pageAllowed(remote string) bool {
-	ap, err := netip.ParseAddrPort(remote)
-	return err == nil && m.adminAllowedAddr(ap.Addr())
 }

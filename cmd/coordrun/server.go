@@ -56,6 +56,8 @@ from it; --peers only matters the first time.
 	f.Uint64("snapshot-threshold", 8192, "log entries between snapshots")
 	f.String("admin-addr", "", "address for the admin HTTP listener: /metrics, /healthz, /readyz and the status page at / (default off; e.g. 127.0.0.1:8080)")
 	f.Bool("admin-pprof", false, "also serve Go's profiles under /debug/pprof/ on the admin listener")
+	f.StringSlice("admin-allow", nil, "client networks (CIDR) or addresses besides loopback that the admin listener answers: metrics, health, pprof and the status page (e.g. a monitoring network)")
+	f.StringSlice("admin-host", nil, "host names, besides IP addresses, localhost and --admin-addr's host, that requests to the admin listener may carry in Host (e.g. the name Prometheus scrapes)")
 	f.String("status-lock-root", statuspage.DefaultLockRoot, "znode folder of the locks the status page on the admin listener shows (coordrun run's --root)")
 	f.String("status-cron-root", statuspage.DefaultCronRoot, "znode folder of the cron jobs the status page shows (coordrun cron's --root)")
 	f.String("log-format", "text", "log format on stderr: text or json")
@@ -132,6 +134,14 @@ func runServer(cmd *cobra.Command, _ []string) error {
 		}
 		cfg.AdminFrom = append(cfg.AdminFrom, p)
 	}
+	for _, s := range v.GetStringSlice("admin-allow") {
+		p, err := ensemble.ParseAdminNetwork(s)
+		if err != nil {
+			return usageError{fmt.Errorf("--admin-allow: %w", err)}
+		}
+		cfg.AdminAllow = append(cfg.AdminAllow, p)
+	}
+	cfg.AdminHosts = v.GetStringSlice("admin-host")
 	if cfg.Join && cfg.Restore != "" {
 		return usageError{errors.New("--join and --restore exclude each other: a joining member gets its data from the ensemble")}
 	}

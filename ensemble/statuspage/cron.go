@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"path"
-	"sort"
+	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -122,6 +122,9 @@ const (
 	firingsShown = 40
 	outputShown  = 4 << 10
 	maxJobs      = 200
+	// hostsShown bounds the hosts listed for a job: a job runs on a
+	// few, and anyone who can write the folder could add more.
+	hostsShown = 100
 )
 
 type jobRaw struct {
@@ -138,23 +141,24 @@ type namedData struct {
 	data []byte
 }
 
-// readCron collects the jobs under root inside a tree view.
-func readCron(t Tree, root string) ([]jobRaw, error) {
-	kids, _, err := t.Children(root)
+// readCron collects the jobs under root inside a tree view, reading
+// folders' names through f.
+func readCron(t Tree, f folders, root string) ([]jobRaw, error) {
+	kids, st, err := f.first(t, root, maxJobs, byName)
 	if err != nil {
 		return nil, err
 	}
-	if len(kids) > maxJobs {
-		kids, err = kids[:maxJobs], fmt.Errorf("%d jobs; showing the first %d", len(kids), maxJobs)
+	if int(st.NumChildren) > len(kids) {
+		err = fmt.Errorf("%d jobs; showing the first %d", st.NumChildren, len(kids))
 	}
 	out := make([]jobRaw, 0, len(kids))
 	for _, k := range kids {
-		out = append(out, readJob(t, root, k))
+		out = append(out, readJob(t, f, root, k))
 	}
 	return out, err
 }
 
-func readJob(t Tree, root, name string) jobRaw {
+func readJob(t Tree, f folders, root, name string) jobRaw {
 	dir := path.Join(root, name)
 	r := jobRaw{name: name}
 	if r.def, _, r.err = t.Get(dir); r.err != nil {
@@ -166,24 +170,21 @@ func readJob(t Tree, root, name string) jobRaw {
 			r.paused = []byte{}
 		}
 	}
-	if hosts, _, err := t.Children(path.Join(dir, "hosts")); err == nil {
+	if hosts, _, err := f.first(t, path.Join(dir, "hosts"), hostsShown, byName); err == nil {
 		for _, h := range hosts {
 			if b, _, err := t.Get(path.Join(dir, "hosts", h)); err == nil {
 				r.hosts = append(r.hosts, b)
 			}
 		}
 	}
-	firings, _, err := t.Children(path.Join(dir, "firings"))
+	// Names are zero-padded Unix seconds (a triggered firing's with a
+	// suffix): they sort as times, and the latest are the last by name.
+	firings, _, err := f.first(t, path.Join(dir, "firings"), firingsShown, latestFirst)
 	if err != nil && !errors.Is(err, ErrNoNode) {
 		r.err = err
 		return r
 	}
-	// Names are zero-padded Unix seconds (a triggered firing's with a
-	// suffix): they sort as times.
-	sort.Strings(firings)
-	if len(firings) > firingsShown {
-		firings = firings[len(firings)-firingsShown:]
-	}
+	slices.Reverse(firings)
 	for _, f := range firings {
 		if b, _, err := t.Get(path.Join(dir, "firings", f)); err == nil {
 			r.firings = append(r.firings, namedData{name: f, data: b})

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"path"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -59,6 +60,10 @@ func (f *fakeSource) putLocked(p string, data []byte, owner int64) *fakeNode {
 	if n == nil {
 		n = &fakeNode{stat: Stat{Czxid: f.zxid, Ctime: 1764583200000}}
 		f.nodes[p] = n
+		if parent := f.nodes[path.Dir(p)]; p != "/" {
+			parent.stat.Cversion++
+			parent.stat.Pzxid = f.zxid
+		}
 	}
 	n.data = data
 	n.stat.Mzxid, n.stat.DataLength, n.stat.EphemeralOwner = f.zxid, int32(len(data)), owner
@@ -77,6 +82,10 @@ func (f *fakeSource) remove(p string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	delete(f.nodes, p)
+	if parent := f.nodes[path.Dir(p)]; parent != nil {
+		f.zxid += 256
+		parent.stat.Pzxid = f.zxid
+	}
 }
 
 func (f *fakeSource) ID() string { return f.id }
@@ -145,7 +154,7 @@ func (t fakeTree) kids(p string) []string {
 	return out
 }
 
-func (t fakeTree) Children(p string) ([]string, Stat, error) {
+func (t fakeTree) FirstChildren(p string, max int, cmp func(a, b string) int) ([]string, Stat, error) {
 	n, err := t.node(p)
 	if err != nil {
 		return nil, Stat{}, err
@@ -153,7 +162,11 @@ func (t fakeTree) Children(p string) ([]string, Stat, error) {
 	if n.closed {
 		return nil, Stat{}, ErrNoAuth
 	}
-	return t.kids(p), t.stat(p, n), nil
+	kids := t.kids(p)
+	if cmp != nil {
+		slices.SortFunc(kids, cmp)
+	}
+	return kids[:min(max, len(kids))], t.stat(p, n), nil
 }
 
 func (t fakeTree) Exists(p string) (Stat, error) {

@@ -1,11 +1,11 @@
 package statuspage
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"path"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -129,33 +129,34 @@ type rawNode struct {
 	owner bool // its ephemeral owner's session is live
 }
 
-// readLocks collects the locks under root, or just the one named only.
-func readLocks(t Tree, root, only string) ([]lockRaw, error) {
+// readLocks collects the locks under root, or just the one named only,
+// reading folders' names through f.
+func readLocks(t Tree, f folders, root, only string) ([]lockRaw, error) {
 	var names []string
+	var err error
 	if only != "" {
 		if _, err := t.Exists(path.Join(root, only)); err != nil {
 			return nil, err
 		}
 		names = []string{only}
 	} else {
-		kids, _, err := t.Children(root)
-		if err != nil {
-			return nil, err
+		kids, st, err0 := f.first(t, root, maxLocks, byName)
+		if err0 != nil {
+			return nil, err0
 		}
 		names = kids
+		if int(st.NumChildren) > len(kids) {
+			err = fmt.Errorf("%d locks; showing the first %d", st.NumChildren, len(kids))
+		}
 	}
-	var out []lockRaw
-	var err error
-	if len(names) > maxLocks {
-		names, err = names[:maxLocks], fmt.Errorf("%d locks; showing the first %d", len(names), maxLocks)
-	}
+	out := make([]lockRaw, 0, len(names))
 	for _, name := range names {
-		out = append(out, readLock(t, root, name))
+		out = append(out, readLock(t, f, root, name))
 	}
 	return out, err
 }
 
-func readLock(t Tree, root, name string) lockRaw {
+func readLock(t Tree, f folders, root, name string) lockRaw {
 	r := lockRaw{name: name, dir: path.Join(root, name)}
 	rec, _, err := t.Get(r.dir)
 	if err != nil {
@@ -163,7 +164,9 @@ func readLock(t Tree, root, name string) lockRaw {
 		return r
 	}
 	r.record = rec
-	kids, _, err := t.Children(r.dir)
+	// One more than shown, to tell a full queue from a cut one; names
+	// that are not queue nodes ("run") come last.
+	kids, st, err := f.first(t, r.dir, maxQueue+1, byQueue)
 	if err != nil {
 		r.err = err
 		return r
@@ -175,8 +178,22 @@ func readLock(t Tree, root, name string) lockRaw {
 		}
 		return rawNode{name: k, data: data, stat: st, owner: st.EphemeralOwner != 0 && t.SessionLive(st.EphemeralOwner)}, true
 	}
-	queue := sortQueue(kids)
+	queue := kids
+	for len(queue) > 0 && queueSeq(queue[len(queue)-1]) < 0 {
+		queue = queue[:len(queue)-1]
+	}
+	if n, ok := read(runNode); ok {
+		r.run = &n
+	}
 	r.queued = len(queue)
+	if len(queue) == len(kids) && len(kids) > maxQueue {
+		// Cut off before any other name: every child is a queue node
+		// but the run node, or so the count assumes.
+		r.queued = int(st.NumChildren)
+		if r.run != nil {
+			r.queued--
+		}
+	}
 	if len(queue) > maxQueue {
 		queue = queue[:maxQueue]
 	}
@@ -184,9 +201,6 @@ func readLock(t Tree, root, name string) lockRaw {
 		if n, ok := read(k); ok {
 			r.queue = append(r.queue, n)
 		}
-	}
-	if n, ok := read(runNode); ok {
-		r.run = &n
 	}
 	return r
 }
@@ -205,15 +219,21 @@ func queueSeq(name string) int64 {
 	return n
 }
 
-func sortQueue(kids []string) []string {
-	out := make([]string, 0, len(kids))
-	for _, k := range kids {
-		if queueSeq(k) >= 0 {
-			out = append(out, k)
-		}
+// queueOrder orders a lock folder's children as its queue: by sequence
+// number (then name, for a total order), names that are not queue nodes
+// last.
+func queueOrder(a, b string) int {
+	sa, sb := queueSeq(a), queueSeq(b)
+	switch {
+	case sa < 0 && sb >= 0:
+		return 1
+	case sb < 0 && sa >= 0:
+		return -1
 	}
-	sort.SliceStable(out, func(i, j int) bool { return queueSeq(out[i]) < queueSeq(out[j]) })
-	return out
+	if c := cmp.Compare(sa, sb); c != 0 {
+		return c
+	}
+	return strings.Compare(a, b)
 }
 
 // lockView decodes a lock read by readLock; session tells of the

@@ -92,37 +92,40 @@ func getMember[T any](t *testing.T, url string, code int) T {
 }
 
 // TestMemberRefusesRemoteClients: from an address of this host that is
-// not loopback, the page answers 403 unless --admin-from (AdminFrom)
-// allows the address, like snapshots; /metrics is not affected.
+// not loopback, everything the admin listener serves (the page, its API
+// and assets, /metrics, /healthz, /readyz and pprof) answers 403 naming
+// --admin-allow, unless AdminAllow holds the address.
 func TestMemberRefusesRemoteClients(t *testing.T) {
 	ip := externalIP(t)
 	for _, allowed := range []bool{false, true} {
 		cl := ensembletest.Start(t, 1, func(c *ensemble.Config) {
 			c.AdminAddr = net.JoinHostPort(ip.String(), "0")
+			c.Pprof = true
 			if allowed {
-				c.AdminFrom = []netip.Prefix{netip.PrefixFrom(ip, ip.BitLen())}
+				c.AdminAllow = []netip.Prefix{netip.PrefixFrom(ip, ip.BitLen())}
 			}
 		})
-		hc := &http.Client{Transport: &http.Transport{DialContext: (&net.Dialer{LocalAddr: &net.TCPAddr{IP: ip.AsSlice()}}).DialContext}}
-		base := "http://" + cl.Member(0).AdminAddr()
-		for _, p := range []string{"/", "/api/state", "/api/tree?path=/"} {
-			resp, err := hc.Get(base + p)
-			if err != nil {
-				t.Fatal(err)
-			}
-			body, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			switch {
-			case !allowed && (resp.StatusCode != http.StatusForbidden || !strings.Contains(string(body), "--admin-from")):
-				t.Errorf("GET %s from %s, not allowed: %d %q, want 403 with a message", p, ip, resp.StatusCode, body)
-			case allowed && resp.StatusCode != http.StatusOK:
-				t.Errorf("GET %s from %s, allowed by AdminFrom: %d", p, ip, resp.StatusCode)
-			}
+		checkRemote(t, cl.Member(0).AdminAddr(), ip, allowed)
+	}
+}
+
+// checkRemote asks every path of the admin listener at addr from ip.
+func checkRemote(t *testing.T, addr string, ip netip.Addr, allowed bool) {
+	t.Helper()
+	hc := &http.Client{Transport: &http.Transport{DialContext: (&net.Dialer{LocalAddr: &net.TCPAddr{IP: ip.AsSlice()}}).DialContext}}
+	for _, p := range []string{"/", "/api/state", "/api/tree?path=/", "/assets/app.js", "/metrics", "/healthz", "/readyz",
+		"/debug/pprof/", "/debug/pprof/cmdline", "/debug/pprof/goroutine?debug=2"} {
+		resp, err := hc.Get("http://" + addr + p)
+		if err != nil {
+			t.Fatal(err)
 		}
-		if resp, err := hc.Get(base + "/metrics"); err != nil || resp.StatusCode != 200 {
-			t.Errorf("/metrics from %s: %v %v", ip, resp, err)
-		} else {
-			resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		switch {
+		case !allowed && (resp.StatusCode != http.StatusForbidden || !strings.Contains(string(body), "--admin-allow")):
+			t.Errorf("GET %s from %s, not allowed: %d %.80q, want 403 naming --admin-allow", p, ip, resp.StatusCode, body)
+		case allowed && resp.StatusCode != http.StatusOK:
+			t.Errorf("GET %s from %s, allowed by AdminAllow: %d", p, ip, resp.StatusCode)
 		}
 	}
 }

@@ -81,8 +81,13 @@ type Bucket struct {
 type Tree interface {
 	// Get is a node's data and stat; it needs READ.
 	Get(path string) ([]byte, Stat, error)
-	// Children are a node's children, sorted; it needs READ.
-	Children(path string) ([]string, Stat, error)
+	// FirstChildren is at most n of a node's children, the first in
+	// cmp's order (a total order; nil: by name), sorted by it, and the
+	// node's stat, whose NumChildren counts them all; it needs READ. Its
+	// cost grows with n, not with the number of children: the page
+	// never asks for them all, since a folder anyone may write to can
+	// hold hundreds of thousands and the read holds up writes.
+	FirstChildren(path string, n int, cmp func(a, b string) int) ([]string, Stat, error)
 	// Exists is a node's stat; like ZooKeeper's exists it needs no right.
 	Exists(path string) (Stat, error)
 	// ACL is a node's ACL; it needs READ or ADMIN.

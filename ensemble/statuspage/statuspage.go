@@ -21,7 +21,8 @@
 // second): a viewer costs the member a write, not a read of the tree.
 //
 // The page and the API are served only to loopback clients and to those
-// the member's Allowed function accepts (--admin-from), like snapshots.
+// the member's Allowed function accepts (--admin-allow), as is the rest
+// of the admin listener.
 package statuspage
 
 import (
@@ -61,10 +62,16 @@ type Options struct {
 	Interval    time.Duration
 	SampleEvery time.Duration
 	Samples     int
-	// MaxStreams bounds the event streams open at once (default 64).
-	MaxStreams int
-	Now        func() time.Time
-	Log        *slog.Logger
+	// MaxStreams bounds the event streams open at once (default 64),
+	// MaxStreamsPerAddr those of one client address (default 8), so
+	// that one client cannot take them all. A refused stream gets 503,
+	// and Refused (if set) hears why: RefusedStreamsTotal or
+	// RefusedStreamsPerAddr.
+	MaxStreams        int
+	MaxStreamsPerAddr int
+	Refused           func(reason string)
+	Now               func() time.Time
+	Log               *slog.Logger
 }
 
 // Defaults of Options.
@@ -82,11 +89,13 @@ type Server struct {
 
 	samples *samples
 	holders *holderLog
+	names   *folderCache // of the folders the views list
 
-	mu      sync.Mutex
-	streams map[chan []byte]struct{}
-	last    []byte        // the state last broadcast, without its server_time
-	done    chan struct{} // closed when Run returns
+	mu      sync.Mutex                 // guards streams, perAddr and last
+	streams map[chan []byte]netip.Addr // open streams, with their client's address
+	perAddr map[netip.Addr]int         // open streams by client address
+	last    []byte                     // the state last broadcast, without its server_time
+	done    chan struct{}              // closed when Run returns
 }
 
 // New makes a Server over src.
@@ -112,6 +121,12 @@ func New(src Source, o Options) *Server {
 	if o.MaxStreams <= 0 {
 		o.MaxStreams = 64
 	}
+	if o.MaxStreamsPerAddr <= 0 {
+		o.MaxStreamsPerAddr = 8
+	}
+	if o.Refused == nil {
+		o.Refused = func(string) {}
+	}
 	if o.Now == nil {
 		o.Now = time.Now
 	}
@@ -121,7 +136,8 @@ func New(src Source, o Options) *Server {
 	return &Server{
 		src: src, o: o, page: parsePage(),
 		samples: newSamples(o.Samples), holders: newHolderLog(),
-		streams: map[chan []byte]struct{}{}, done: make(chan struct{}),
+		names:   newFolderCache(),
+		streams: map[chan []byte]netip.Addr{}, perAddr: map[netip.Addr]int{}, done: make(chan struct{}),
 	}
 }
 
@@ -151,7 +167,7 @@ func (s *Server) Run(ctx context.Context) {
 			lastSample = now
 		}
 		switch {
-		case s.streamCount() > 0:
+		case s.Streams() > 0:
 			s.broadcast(ctx)
 		case sampled:
 			// Nobody watches: still follow the holders, for the
@@ -160,6 +176,9 @@ func (s *Server) Run(ctx context.Context) {
 		}
 	}
 }
+
+// folders reads folder names through the cache, now.
+func (s *Server) folders() folders { return folders{c: s.names, now: s.o.Now()} }
 
 // State is everything the page shows but a lock's detail and the tree:
 // what /api/state answers and every event of /api/events carries.
@@ -189,8 +208,8 @@ func (s *Server) state(ctx context.Context) State {
 	var jobs []jobRaw
 	var lerr, cerr error
 	s.src.ReadTree(func(t Tree) {
-		locks, lerr = readLocks(t, s.o.LockRoot, "")
-		jobs, cerr = readCron(t, s.o.CronRoot)
+		locks, lerr = readLocks(t, s.folders(), s.o.LockRoot, "")
+		jobs, cerr = readCron(t, s.folders(), s.o.CronRoot)
 	})
 	st.Locks = s.lockViews(locks, lerr)
 	st.Cron = s.cronView(jobs, cerr)
@@ -201,7 +220,7 @@ func (s *Server) state(ctx context.Context) State {
 func (s *Server) locks() LocksView {
 	var locks []lockRaw
 	var err error
-	s.src.ReadTree(func(t Tree) { locks, err = readLocks(t, s.o.LockRoot, "") })
+	s.src.ReadTree(func(t Tree) { locks, err = readLocks(t, s.folders(), s.o.LockRoot, "") })
 	return s.lockViews(locks, err)
 }
 
@@ -225,7 +244,7 @@ func (s *Server) lockViews(raw []lockRaw, err error) LocksView {
 func (s *Server) cron() CronView {
 	var jobs []jobRaw
 	var err error
-	s.src.ReadTree(func(t Tree) { jobs, err = readCron(t, s.o.CronRoot) })
+	s.src.ReadTree(func(t Tree) { jobs, err = readCron(t, s.folders(), s.o.CronRoot) })
 	return s.cronView(jobs, err)
 }
 
@@ -245,7 +264,7 @@ func (s *Server) cronView(raw []jobRaw, err error) CronView {
 func (s *Server) lock(name string) (LockView, bool) {
 	var raw []lockRaw
 	var err error
-	s.src.ReadTree(func(t Tree) { raw, err = readLocks(t, s.o.LockRoot, name) })
+	s.src.ReadTree(func(t Tree) { raw, err = readLocks(t, folders{}, s.o.LockRoot, name) })
 	if errors.Is(err, ErrNoNode) || len(raw) == 0 {
 		return LockView{}, false
 	}
@@ -264,129 +283,6 @@ func (s *Server) node(p string) NodeView {
 	s.src.ReadTree(func(t Tree) { v = readNode(t, p) })
 	v.render()
 	return v
-}
-
-// --- event streams -----------------------------------------------------------
-
-func (s *Server) streamCount() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return len(s.streams)
-}
-
-// subscribe opens a stream: ch receives each changed state (a newer one
-// replaces one not yet taken). ok is false when too many are open.
-func (s *Server) subscribe() (ch chan []byte, ok bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if len(s.streams) >= s.o.MaxStreams {
-		return nil, false
-	}
-	ch = make(chan []byte, 1)
-	s.streams[ch] = struct{}{}
-	return ch, true
-}
-
-func (s *Server) unsubscribe(ch chan []byte) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	delete(s.streams, ch)
-}
-
-// broadcast builds the state and hands it to every stream if it changed.
-func (s *Server) broadcast(ctx context.Context) {
-	body, err := json.Marshal(s.state(ctx))
-	if err != nil {
-		s.o.Log.Warn("status page state", "err", err)
-		return
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if bytes.Equal(body, s.last) {
-		return
-	}
-	s.last = body
-	for ch := range s.streams {
-		select {
-		case <-ch:
-		default:
-		}
-		ch <- body
-	}
-}
-
-// withTime is a state's JSON with the server's time put first.
-func withTime(body []byte, now time.Time) []byte {
-	ts, _ := json.Marshal(now.UTC().Truncate(time.Millisecond))
-	out := make([]byte, 0, len(body)+len(ts)+16)
-	out = append(out, `{"server_time":`...)
-	out = append(out, ts...)
-	if len(body) > 2 {
-		out = append(out, ',')
-	}
-	return append(out, body[1:]...)
-}
-
-// keepAlive is how often an idle stream gets a comment, so that proxies
-// and the browser see it alive and a gone client is noticed.
-const keepAlive = 15 * time.Second
-
-// streamWrite bounds one write to a stream: a client that does not read
-// is dropped rather than held.
-const streamWrite = 10 * time.Second
-
-func (s *Server) events(w http.ResponseWriter, r *http.Request) {
-	if len(r.URL.Query()) > 0 {
-		badRequest(w, "no parameters taken")
-		return
-	}
-	ch, ok := s.subscribe()
-	if !ok {
-		jsonError(w, http.StatusServiceUnavailable, "too many event streams open")
-		return
-	}
-	defer s.unsubscribe(ch)
-	h := w.Header()
-	h.Set("Content-Type", "text/event-stream")
-	h.Set("Cache-Control", "no-store")
-	h.Set("X-Accel-Buffering", "no")
-	rc := http.NewResponseController(w)
-	send := func(b []byte) bool {
-		_ = rc.SetWriteDeadline(time.Now().Add(streamWrite))
-		if _, err := w.Write(b); err != nil {
-			return false
-		}
-		return rc.Flush() == nil
-	}
-	event := func(body []byte) bool {
-		msg := make([]byte, 0, len(body)+64)
-		msg = append(msg, "event: state\ndata: "...)
-		msg = append(msg, withTime(body, s.o.Now())...)
-		return send(append(msg, "\n\n"...))
-	}
-	// The first state at once; reconnecting browsers wait 2s.
-	first, err := json.Marshal(s.state(r.Context()))
-	if err != nil || !send([]byte("retry: 2000\n\n")) || !event(first) {
-		return
-	}
-	t := time.NewTicker(keepAlive)
-	defer t.Stop()
-	for {
-		select {
-		case <-r.Context().Done():
-			return
-		case <-s.done:
-			return
-		case body := <-ch:
-			if !event(body) {
-				return
-			}
-		case <-t.C:
-			if !send([]byte(": ok\n\n")) {
-				return
-			}
-		}
-	}
 }
 
 // --- HTTP --------------------------------------------------------------------
@@ -429,7 +325,7 @@ func (s *Server) guard(next http.Handler) http.Handler {
 		if !s.o.Allowed(r.RemoteAddr) {
 			h.Set("Content-Type", "text/plain; charset=utf-8")
 			w.WriteHeader(http.StatusForbidden)
-			_, _ = w.Write([]byte("forbidden: the status page is served to loopback clients and to the networks of --admin-from only\n"))
+			_, _ = w.Write([]byte("forbidden: the status page is served to loopback clients and to the networks of --admin-allow only\n"))
 			return
 		}
 		defer func() {
@@ -568,7 +464,7 @@ func (s *Server) apiJob(w http.ResponseWriter, r *http.Request) {
 	var err error
 	s.src.ReadTree(func(t Tree) {
 		if _, err = t.Exists(path.Join(s.o.CronRoot, name)); err == nil {
-			raw = readJob(t, s.o.CronRoot, name)
+			raw = readJob(t, folders{}, s.o.CronRoot, name)
 		}
 	})
 	if err != nil {

@@ -254,7 +254,7 @@ func TestRefusesRemoteClients(t *testing.T) {
 		w := httptest.NewRecorder()
 		s.Handler().ServeHTTP(w, r)
 		if w.Code != http.StatusForbidden || !strings.HasPrefix(w.Header().Get("Content-Type"), "text/plain") ||
-			!strings.Contains(w.Body.String(), "--admin-from") {
+			!strings.Contains(w.Body.String(), "--admin-allow") {
 			t.Errorf("GET %s from 192.0.2.7: %d %q, want 403 and a plain message", target, w.Code, w.Body.String())
 		}
 	}

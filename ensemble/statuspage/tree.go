@@ -111,11 +111,8 @@ func readNode(t Tree, p string) NodeView {
 	} else {
 		v.Data = data
 	}
-	if kids, _, err := t.Children(p); err == nil {
-		v.ChildrenCount = len(kids)
-		if len(kids) > childrenShown {
-			kids = kids[:childrenShown]
-		}
+	if kids, st, err := t.FirstChildren(p, childrenShown, nil); err == nil {
+		v.ChildrenCount = int(st.NumChildren)
 		v.Children = append(v.Children, kids...)
 	}
 	if acl, err := t.ACL(p); err != nil {
