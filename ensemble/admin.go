@@ -62,7 +62,7 @@ func (m *Member) startAdmin() error {
 	}
 	access := newAdminAccess(&m.cfg)
 	refused := prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "coordrun_admin_refused_total",
+		Name: "coordrun_admin_http_refused_total",
 		Help: "Requests the admin listener refused, by reason: address (not loopback or --admin-allow), host (Host not an IP, localhost " +
 			"or --admin-host), origin (another site's page), streams_per_address and streams_total (event streams over their cap).",
 	}, []string{"reason"})

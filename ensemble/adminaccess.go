@@ -111,7 +111,7 @@ func (a adminAccess) originAllowed(origin string) bool {
 	return a.hostAllowed(u.Host)
 }
 
-// Why the admin listener refused a request, as coordrun_admin_refused_total
+// Why the admin listener refused a request, as coordrun_admin_http_refused_total
 // counts it (with statuspage's stream refusals).
 const (
 	refusedAddress = "address"

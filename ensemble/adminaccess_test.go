@@ -149,8 +149,8 @@ func TestAdminHostHeader(t *testing.T) {
 	}
 	s := scrapeMetrics(t, m)
 	for _, reason := range []string{"host", "origin"} {
-		if v, _ := s.value("coordrun_admin_refused_total", "reason", reason); v != float64(len(paths)) {
-			t.Errorf("coordrun_admin_refused_total{reason=%q} = %v, want %d", reason, v, len(paths))
+		if v, _ := s.value("coordrun_admin_http_refused_total", "reason", reason); v != float64(len(paths)) {
+			t.Errorf("coordrun_admin_http_refused_total{reason=%q} = %v, want %d", reason, v, len(paths))
 		}
 	}
 	if _, ok := s.value("coordrun_admin_event_streams"); !ok {
