@@ -61,7 +61,7 @@ func inspectLock(ctx context.Context, c *client.Client, root, name string) (Lock
 		return LockState{Name: name}, nil // a lock never taken is free
 	}
 	if err != nil {
-		return LockState{}, err
+		return LockState{}, fmt.Errorf("lock %s: %w", name, err)
 	}
 	ls := LockState{Name: name, LastRecord: q.Record, Waiters: []recipe.Contender{}, Stopping: q.Stopping}
 	if q.ACL != nil {
