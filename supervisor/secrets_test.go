@@ -14,12 +14,14 @@ import (
 	"os/exec"
 	"path"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/coordrun/coordrun/ensemble/client"
 	"github.com/coordrun/coordrun/ensemble/client/recipe"
+	"github.com/coordrun/coordrun/ensemble/wire"
 	"github.com/coordrun/coordrun/internal/testkit"
 	"github.com/coordrun/coordrun/supervisor"
 	"github.com/go-zookeeper/zk"
@@ -310,5 +312,50 @@ func recordsACL(t *testing.T, b *backend, flags []string, readable bool) {
 	defer oc.Close()
 	if jobs, _, err := supervisor.CronJobs(ctx, oc, root); err != nil || len(jobs) != 1 {
 		t.Errorf("the owner's cron listing: %v, %v", jobs, err)
+	}
+}
+
+// The rules, without an ensemble: what --acl adds to the writers' own
+// entries, what a record keeps of a command line, and which variables a
+// job never sees.
+func TestRecordRules(t *testing.T) {
+	ops := wire.ACL{Perms: wire.PermAll, ID: wire.ID{Scheme: "digest", ID: "ops:h"}}
+	parse := func(s string) []wire.ACL {
+		acl, err := supervisor.ParseACL(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return acl
+	}
+	for _, tc := range []struct {
+		own   []wire.ACL
+		extra string
+		want  string
+	}{
+		{[]wire.ACL{ops}, "", "digest:ops:h:cdrwa"},
+		{[]wire.ACL{ops}, "world:anyone:r", "digest:ops:h:cdrwa,world:anyone:r"},
+		{[]wire.ACL{ops}, "digest:ops:h:r,digest:viewer:v:r", "digest:ops:h:cdrwa,digest:viewer:v:r"},
+		{[]wire.ACL{ops}, "auth::cdrwa,world:anyone:r", "auth::cdrwa,world:anyone:r"},
+		{nil, "world:anyone:r", "world:anyone:r"},
+	} {
+		var extra []wire.ACL
+		if tc.extra != "" {
+			extra = parse(tc.extra)
+		}
+		if got := supervisor.FormatACL(supervisor.RecordACL(tc.own, extra)); got != tc.want {
+			t.Errorf("recordACL(%v, %q) = %q, want %q", tc.own, tc.extra, got, tc.want)
+		}
+	}
+	argv := []string{"/opt/jobs/dump.sh", argSecret}
+	if got := supervisor.RecordedCommand(argv, false); !slices.Equal(got, []string{"dump.sh"}) {
+		t.Errorf("recorded command %q, want [dump.sh]", got)
+	}
+	if got := supervisor.RecordedCommand(argv, true); !slices.Equal(got, argv) {
+		t.Errorf("recorded full command %q, want %q", got, argv)
+	}
+	env := supervisor.JobEnv([]string{"COORDRUN_AUTH=ops:pw", "COORDRUN_PEER_SECRET_FILE=/s", "COORDRUN_TLS_KEY_PASSPHRASE=x",
+		"COORDRUN_SERVERS=a:1", "COORDRUN_FENCING_TOKEN=7", "AUTH=mine", "PATH=/bin"})
+	if want := []string{"COORDRUN_SERVERS=a:1", "COORDRUN_FENCING_TOKEN=7", "AUTH=mine", "PATH=/bin"}; !slices.Equal(env, want) {
+		t.Errorf("JobEnv = %q, want %q", env, want)
 	}
 }
