@@ -95,19 +95,31 @@ func TestE2EJobEnvHasNoCredentials(t *testing.T) {
 }
 
 // A cron job that prints COORDRUN_AUTH prints nothing: the firing's kept
-// output holds no credential.
+// output holds no credential, nor does its on-success hook's environment.
 func TestCronOutputHasNoCredentials(t *testing.T) {
 	b := sharedCoordrun(t)
 	r := newRig(t, b)
 	root, job := "/cron-secrets-"+randHex(4), "leaky"
-	// The records are open to read here, so that the test sees exactly
-	// what a reader would have seen before records were kept private.
+	hookEnv := r.path("hook-env")
 	p := r.startProc("c1", []string{"COORDRUN_AUTH=ops:" + envSecret}, e2eBin,
-		cronProcArgs(b, root, job, "@every 1s", []string{"--acl", "world:anyone:r"}, []string{"sh", "-c", "echo auth is $COORDRUN_AUTH."})...)
-	conn := foreign(t, b)
-	rec := awaitDoneFiring(t, conn, root, job)
+		cronProcArgs(b, root, job, "@every 1s", []string{"--on-success", "env > " + hookEnv + ".tmp && mv " + hookEnv + ".tmp " + hookEnv},
+			[]string{"sh", "-c", "echo auth is $COORDRUN_AUTH."})...)
+	owner := foreign(t, b)
+	if err := owner.AddAuth("digest", []byte("ops:"+envSecret)); err != nil {
+		t.Fatal(err)
+	}
+	rec := awaitDoneFiring(t, owner, root, job)
 	if strings.Contains(rec.Output, envSecret) || !strings.Contains(rec.Output, "auth is .") {
 		t.Errorf("the firing's output %q: want \"auth is .\" and no credential", rec.Output)
+	}
+	var env []byte
+	testkit.WaitFor(t, 10*time.Second, "the on-success hook's environment", func() bool {
+		var err error
+		env, err = os.ReadFile(hookEnv)
+		return err == nil
+	})
+	if bytes.Contains(env, []byte("COORDRUN_AUTH=")) || !bytes.Contains(env, []byte("COORDRUN_CRON_JOB="+job)) {
+		t.Errorf("the hook's environment: want COORDRUN_CRON_JOB and no COORDRUN_AUTH:\n%s", env)
 	}
 	cronStopProcs(t, []*proc{p})
 }
