@@ -277,6 +277,7 @@ func recordsACL(t *testing.T, b *backend, flags []string, readable bool) {
 	case !readable && (code != supervisor.ExitUsage || !strings.Contains(out, "auth: user:password") || !strings.Contains(out, "--acl world:anyone:r")):
 		t.Errorf("status without credentials: exit %d, want %d saying to give credentials:\n%s", code, supervisor.ExitUsage, out)
 	}
+	t.Logf("status without credentials: exit %d: %s", code, strings.TrimSpace(out))
 	if out, code := status("--auth", "ops:"+envSecret); code != 0 || !strings.Contains(out, "holder") {
 		t.Errorf("status with the writer's credentials: exit %d, want the holder:\n%s", code, out)
 	}

@@ -85,13 +85,21 @@ func loadConfig(cmd *cobra.Command) (*viper.Viper, error) {
 		if err := checkKnownKeys(v, cmd); err != nil {
 			return nil, err
 		}
-		if cmd.Flags().Lookup("auth") != nil && v.InConfig("auth") {
+		if cmd.Flags().Lookup("auth") != nil && v.InConfig("auth") && fileHoldsAuth(file) {
 			if err := checkSecretFile(file); err != nil {
 				return nil, err
 			}
 		}
 	}
 	return v, nil
+}
+
+// fileHoldsAuth reports whether the config file itself gives credentials
+// (auth: [] does not), whatever flags and environment say.
+func fileHoldsAuth(file string) bool {
+	fv := viper.New()
+	fv.SetConfigFile(file)
+	return fv.ReadInConfig() == nil && len(fv.GetStringSlice("auth")) > 0
 }
 
 // checkSecretFile refuses a config file that holds credentials (auth:)
