@@ -274,7 +274,7 @@ func recordsACL(t *testing.T, b *backend, flags []string, readable bool) {
 	switch {
 	case readable && (code != 0 || !strings.Contains(out, "holder")):
 		t.Errorf("status without credentials: exit %d, want the holder:\n%s", code, out)
-	case !readable && (code != supervisor.ExitUsage || !strings.Contains(out, "auth: user:password") || !strings.Contains(out, "--acl world:anyone:r")):
+	case !readable && (code != supervisor.ExitUsage || !strings.Contains(out, r.lock+"  unreadable") || !strings.Contains(out, "auth: user:password") || !strings.Contains(out, "--acl world:anyone:r")):
 		t.Errorf("status without credentials: exit %d, want %d saying to give credentials:\n%s", code, supervisor.ExitUsage, out)
 	}
 	t.Logf("status without credentials: exit %d: %s", code, strings.TrimSpace(out))
