@@ -16,7 +16,9 @@ import (
 // ACLs of what coordrun creates. Any client that may delete a lock's nodes
 // can make the next in line start early (the run node bounds the damage,
 // see the recipe package); an ACL that only the supervisors' shared
-// identity may change makes the ensemble refuse it.
+// identity may change makes the ensemble refuse it. The same ACL keeps the
+// records (who runs what, where, and a cron run's output) from everyone
+// else's eyes unless --acl grants them read.
 
 // ParseACL reads an ACL in zkCli's notation (see recipe.ParseACL).
 func ParseACL(s string) ([]wire.ACL, error) { return recipe.ParseACL(s) }
@@ -59,31 +61,59 @@ func sessionIdentities(ctx context.Context, c *client.Client, auth []client.Auth
 	return ids, true
 }
 
-// lockACL decides the ACL of everything a run creates.
+// lockACL decides the ACL of everything a session creates: its own
+// identities (the credentials it was given, or a client certificate's)
+// with every permission and nobody else, plus what --acl adds. Records
+// hold host names, users and command lines, and a cron firing's output:
+// what a job prints is for whoever runs it, unless they say otherwise.
+// Without credentials there is no identity to restrict to: --acl is the
+// whole ACL, and without it the open one, with a warning.
 func lockACL(ctx context.Context, o ConnOptions, c *client.Client, log *slog.Logger) ([]wire.ACL, error) {
-	if o.ACL != nil {
-		return o.ACL, nil
-	}
 	ids, known := sessionIdentities(ctx, c, o.Auth)
+	var own []wire.ACL
+	for _, id := range ids {
+		own = append(own, wire.ACL{Perms: wire.PermAll, ID: id})
+	}
 	if len(ids) == 0 && !known && o.TLS != nil && len(o.TLS.Certificates) > 0 {
 		// A certificate identity the server did not name: let the server
 		// expand it ("auth" means the creator's identities).
-		return []wire.ACL{{Perms: wire.PermAll, ID: wire.ID{Scheme: "auth"}}, worldRead}, nil
+		own = []wire.ACL{{Perms: wire.PermAll, ID: wire.ID{Scheme: "auth"}}}
 	}
-	if len(ids) == 0 {
+	if len(own) == 0 && o.ACL == nil {
 		log.Warn("no credentials: lock nodes get the open ACL, so any client can delete them; use --auth or a client certificate (see --acl)")
 		return client.OpenACL, nil
 	}
-	acl := make([]wire.ACL, 0, len(ids)+1)
-	for _, id := range ids {
-		acl = append(acl, wire.ACL{Perms: wire.PermAll, ID: id})
-	}
-	acl = append(acl, worldRead)
+	acl := recordACL(own, o.ACL)
 	log.Debug("lock nodes get this ACL", "acl", FormatACL(acl))
 	return acl, nil
 }
 
-var worldRead = wire.ACL{Perms: wire.PermRead, ID: wire.ID{Scheme: "world", ID: "anyone"}}
+// recordACL is own (the session's identities, every permission) with the
+// entries of extra (--acl) added, one entry per identity with the
+// permissions of both. Without own, or when extra names the creator itself
+// (auth::), extra is the whole ACL.
+func recordACL(own, extra []wire.ACL) []wire.ACL {
+	if len(own) == 0 {
+		return extra
+	}
+	for _, a := range extra {
+		if a.ID.Scheme == "auth" {
+			return extra
+		}
+	}
+	out := append([]wire.ACL(nil), own...)
+next:
+	for _, a := range extra {
+		for i := range out {
+			if out[i].ID == a.ID {
+				out[i].Perms |= a.Perms
+				continue next
+			}
+		}
+		out = append(out, a)
+	}
+	return out
+}
 
 // sameACL compares two ACLs as sets.
 func sameACL(a, b []wire.ACL) bool {

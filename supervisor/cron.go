@@ -87,6 +87,9 @@ func (o *CronOptions) Validate() error {
 	if err := checkRoot("cron", o.Root); err != nil {
 		return err
 	}
+	if err := checkRecordCommand(o.RecordCommand); err != nil {
+		return err
+	}
 	return checkTiming(o.ConnOptions, o.JobOptions)
 }
 
@@ -321,9 +324,9 @@ func (h *cronHost) register(ctx context.Context, j *CronJob) error {
 			return withAccessHint(err)
 		}
 	}
-	b, _ := json.Marshal(jobInfo(j))
+	b, _ := json.Marshal(jobInfo(j, h.s.recordFull))
 	// A host's node describes the cron process itself.
-	hi := holderInfo([]string{"cron"}, c.SessionTimeout(), h.o.KillGrace+h.s.margin)
+	hi := holderInfo([]string{"cron"}, false, c.SessionTimeout(), h.o.KillGrace+h.s.margin)
 	hb, _ := json.Marshal(hi)
 	// Named by session, so a create retried after a lost reply finds its
 	// own node instead of leaving a second one.
@@ -413,7 +416,7 @@ func (h *cronHost) fire(ctx context.Context, j *CronJob, at time.Time, catchUp b
 // claim tries to win the firing at (record node) for this host.
 func (h *cronHost) claim(ctx context.Context, j *CronJob, node string, at time.Time, reason string) (FiringRecord, bool) {
 	log := h.s.log
-	hi := holderInfo(j.Argv, h.s.c.SessionTimeout(), h.o.KillGrace+h.s.margin)
+	hi := holderInfo(j.Argv, h.s.recordFull, h.s.c.SessionTimeout(), h.o.KillGrace+h.s.margin)
 	rec := FiringRecord{Job: j.Name, Scheduled: at.UTC(), State: FiringClaimed, Reason: reason, Host: hi.Host, PID: hi.PID,
 		Nonce: recipe.Nonce(), Claimed: time.Now().UTC(), HostNode: h.hostNode, Attempt: 1}
 	b, _ := json.Marshal(rec)
@@ -609,7 +612,7 @@ func (h *cronHost) runHook(j *CronJob, argv []string, rec FiringRecord) {
 	if rec.ExitCode != nil {
 		exit = strconv.Itoa(*rec.ExitCode)
 	}
-	cmd.Env = append(os.Environ(),
+	cmd.Env = append(JobEnv(h.o.Env),
 		"COORDRUN_CRON_JOB="+j.Name,
 		"COORDRUN_CRON_RESULT="+FiringResult(rec),
 		"COORDRUN_CRON_SCHEDULED="+rec.Scheduled.Format(time.RFC3339),
@@ -697,7 +700,7 @@ func (h *cronHost) scanLosses(loop, ctx context.Context, j *CronJob, live []stri
 			continue
 		}
 		if retry {
-			hi := holderInfo(j.Argv, h.s.c.SessionTimeout(), h.o.KillGrace+h.s.margin)
+			hi := holderInfo(j.Argv, h.s.recordFull, h.s.c.SessionTimeout(), h.o.KillGrace+h.s.margin)
 			next.State, next.Reason = FiringClaimed, fmt.Sprintf("run again after attempt %d was lost", attempt)
 			next.Host, next.PID, next.Nonce, next.Claimed, next.HostNode = hi.Host, hi.PID, recipe.Nonce(), now, h.hostNode
 			next.Attempt, next.Token, next.Start, next.End, next.ExitCode = attempt+1, 0, time.Time{}, time.Time{}, nil
@@ -953,7 +956,7 @@ func (h *cronHost) serveRetry(ctx context.Context, j *CronJob, req CronRequest) 
 	if FiringResult(rec) != "failed" || max(rec.Attempt, 1) != req.Attempt {
 		return
 	}
-	hi := holderInfo(j.Argv, h.s.c.SessionTimeout(), h.o.KillGrace+h.s.margin)
+	hi := holderInfo(j.Argv, h.s.recordFull, h.s.c.SessionTimeout(), h.o.KillGrace+h.s.margin)
 	past := PastAttempt{Attempt: req.Attempt, Host: rec.Host, PID: rec.PID, Token: rec.Token, Start: rec.Start, End: rec.End,
 		ExitCode: rec.ExitCode, Reason: fmt.Sprintf("exited %d", *rec.ExitCode)}
 	next := rec

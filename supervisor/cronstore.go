@@ -138,9 +138,11 @@ type PastAttempt struct {
 // CronJobInfo is what a cron process publishes about a job, for
 // `coordrun cron list`.
 type CronJobInfo struct {
-	Name        string   `json:"name"`
-	Schedule    string   `json:"schedule"`
-	TZ          string   `json:"tz,omitempty"`
+	Name     string `json:"name"`
+	Schedule string `json:"schedule"`
+	TZ       string `json:"tz,omitempty"`
+	// Command is the command's base name, or its whole command line with
+	// --record-command full.
 	Command     []string `json:"command"`
 	Overlap     string   `json:"overlap"`
 	CatchUp     string   `json:"catch_up,omitempty"`
@@ -150,8 +152,11 @@ type CronJobInfo struct {
 	Jitter      string   `json:"jitter,omitempty"`
 }
 
-func jobInfo(j *CronJob) CronJobInfo {
-	info := CronJobInfo{Name: j.Name, Schedule: j.Spec, TZ: j.TZ, Command: j.Argv, Overlap: j.Overlap, RetryLost: j.RetryLost, RetryFailed: j.RetryFailed}
+// jobInfo is j's published definition; its command as recordedCommand
+// keeps it. No host compares definitions by it (each host runs its own and
+// the last to register wins the record), so the name alone loses nothing.
+func jobInfo(j *CronJob, full bool) CronJobInfo {
+	info := CronJobInfo{Name: j.Name, Schedule: j.Spec, TZ: j.TZ, Command: recordedCommand(j.Argv, full), Overlap: j.Overlap, RetryLost: j.RetryLost, RetryFailed: j.RetryFailed}
 	if j.CatchUp > 0 {
 		info.CatchUp = j.CatchUp.String()
 	}
@@ -328,6 +333,11 @@ func CronJobs(ctx context.Context, c *client.Client, root string) ([]CronJobInfo
 	for _, k := range kids {
 		p := cronPaths{root: root, job: k}
 		b, _, err := c.Get(ctx, p.dir())
+		if errors.Is(err, wire.ErrNoAuth) {
+			// Not skipped: a list that leaves out the jobs one may not
+			// read would say they do not exist.
+			return nil, nil, fmt.Errorf("job %s: %w", k, err)
+		}
 		if err != nil {
 			continue
 		}

@@ -8,7 +8,7 @@ package supervisor
 const (
 	ExitOK      = 0
 	ExitFailure = 1  // any other error
-	ExitUsage   = 64 // EX_USAGE: bad invocation, configuration or jobs file, or no permission on the lock's folder
+	ExitUsage   = 64 // EX_USAGE: bad invocation, configuration or jobs file, or no permission on the lock's folder or on the records read
 	// ExitUnavailable (EX_UNAVAILABLE): no ensemble member answered
 	// within the connect timeout. Unlike ExitUsage, trying again later
 	// can help: units restart on it and not on 64.

@@ -12,3 +12,10 @@ import (
 func PruneFirings(ctx context.Context, c *client.Client, root, job string, total, success, failed int, oldest time.Time, counted int) int {
 	return pruneFirings(ctx, c, cronPaths{root: root, job: job}, historyLimits{total: total, success: success, failed: failed}, oldest, counted)
 }
+
+// RecordACL and RecordedCommand let the external tests check the pure
+// rules of what records look like.
+var (
+	RecordACL       = recordACL
+	RecordedCommand = recordedCommand
+)

@@ -28,6 +28,10 @@ type LockState struct {
 	// its nodes.
 	ACL  string `json:"acl,omitempty"`
 	Open bool   `json:"open,omitempty"`
+	// Unreadable: the lock's ACL does not let this session read it (its
+	// supervisors ran with credentials other than this session's, and no
+	// --acl granting read); nothing else is known of it.
+	Unreadable bool `json:"unreadable,omitempty"`
 }
 
 // Inspect reads the state of the named locks under root, or of every lock
@@ -60,8 +64,12 @@ func inspectLock(ctx context.Context, c *client.Client, root, name string) (Lock
 	if errors.Is(err, wire.ErrNoNode) {
 		return LockState{Name: name}, nil // a lock never taken is free
 	}
+	if errors.Is(err, wire.ErrNoAuth) {
+		// One lock kept from this session must not hide the others.
+		return LockState{Name: name, Unreadable: true}, nil
+	}
 	if err != nil {
-		return LockState{}, err
+		return LockState{}, fmt.Errorf("lock %s: %w", name, err)
 	}
 	ls := LockState{Name: name, LastRecord: q.Record, Waiters: []recipe.Contender{}, Stopping: q.Stopping}
 	if q.ACL != nil {

@@ -194,12 +194,13 @@ func foreignDelete(t *testing.T, b *backend, mode string) {
 }
 
 // With credentials, the ensemble itself refuses the foreign client; an
-// unauthenticated status still reads the lock; a supervisor with other
-// credentials gets a clear refusal.
+// unauthenticated status reads the lock where --acl lets everyone read
+// (TestE2ERecordsACL: not without it); a supervisor with other credentials
+// gets a clear refusal.
 func TestE2EACL(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b *backend) {
 		r := newRig(t, b)
-		auth := []string{"--auth", "ops:s3cret"}
+		auth := []string{"--auth", "ops:s3cret", "--acl", "world:anyone:r"}
 		a := r.supervise("A", auth, r.job("A", "-after", r.path("go"))...)
 		r.await(10*time.Second, "start", "A", "")
 		bb := r.supervise("B", auth, r.job("B", "-hold", "50ms")...)
@@ -364,7 +365,7 @@ func TestCronForeignDelete(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		auth []string
-	}{{"open", nil}, {"auth", []string{"--auth", "cron:pw"}}} {
+	}{{"open", nil}, {"auth", []string{"--auth", "cron:pw", "--acl", "world:anyone:r"}}} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := newRig(t, b)
 			root, job := "/cron-integrity-"+randHex(4), "nightly"

@@ -74,7 +74,8 @@ func spawnGuarded(spec jobSpec) (*guardedJob, error) {
 	if spec.stderr != nil {
 		wd.Stderr = spec.stderr
 	}
-	wd.Env = spec.env
+	// Filtered here, where every job starts, whatever the caller passed.
+	wd.Env = JobEnv(spec.env)
 	wd.ExtraFiles = []*os.File{ctrlR, repW} // fds 3 and 4
 	wd.SysProcAttr = &syscall.SysProcAttr{
 		// If this process dies, the watchdog hears of it at once (the

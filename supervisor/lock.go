@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/user"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -41,18 +42,29 @@ func withAccessHint(err error) error {
 	return err
 }
 
-// holderInfo describes this process as a contender running argv; timeout
-// and grace bound how long its job can outlive the loss of its standing.
-func holderInfo(argv []string, timeout, grace time.Duration) HolderInfo {
+// holderInfo describes this process as a contender running argv (as
+// recordedCommand keeps it); timeout and grace bound how long its job can
+// outlive the loss of its standing.
+func holderInfo(argv []string, full bool, timeout, grace time.Duration) HolderInfo {
 	host, _ := os.Hostname()
 	name := strconv.Itoa(os.Getuid())
 	if u, err := user.Current(); err == nil {
 		name = u.Username
 	}
-	cmd := strings.Join(argv, " ")
+	// A queue node is read by every waiter: the command line is cut.
+	cmd := strings.Join(recordedCommand(argv, full), " ")
 	if len(cmd) > 512 {
 		cmd = cmd[:512]
 	}
 	return HolderInfo{Host: host, PID: os.Getpid(), User: name, Command: cmd, Since: time.Now().UTC().Truncate(time.Millisecond),
 		SessionTimeoutMS: timeout.Milliseconds(), KillGraceMS: grace.Milliseconds()}
+}
+
+// recordedCommand is what a record keeps of argv: its command's base
+// name, or with full all of it.
+func recordedCommand(argv []string, full bool) []string {
+	if full || len(argv) == 0 {
+		return argv
+	}
+	return []string{filepath.Base(argv[0])}
 }

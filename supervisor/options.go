@@ -24,17 +24,43 @@ type ConnOptions struct {
 	// ExtraMargin is added to DriftMargin when the ensemble is Apache
 	// ZooKeeper, whose followers answer pings without the leader.
 	ExtraMargin time.Duration
-	// ACL is set on every node coordrun creates. Nil: the session's
-	// authenticated identities (--auth, a client certificate) get every
-	// permission and world:anyone may read; without credentials, the
-	// open ACL, with a warning.
+	// ACL is added to the ACL of every node coordrun creates: the
+	// session's authenticated identities (--auth, a client certificate)
+	// get every permission and no one else anything, unless ACL grants
+	// it (world:anyone:r lets everyone read the records). Without
+	// credentials ACL is the whole ACL; nil then means the open ACL, with
+	// a warning. See recordACL.
 	ACL []wire.ACL
+	// RecordCommand says how much of a job's command line its records
+	// (lock nodes, cron job definitions) show to whoever may read them:
+	// RecordName (the default, also for "") or RecordFull.
+	RecordCommand string
+}
+
+// What the records keep of a job's command line. Arguments carry secrets
+// (a --db-password=...), and the records are read by every holder of the
+// lock's identity, by `coordrun status`, and by whoever the ACL lets read.
+const (
+	RecordName = "name" // the command's base name: argv[0] without its folder
+	RecordFull = "full" // the whole command line (a lock node keeps its first 512 bytes)
+)
+
+// recordFull reports whether records keep the whole command line.
+func (o ConnOptions) recordFull() bool { return o.RecordCommand == RecordFull }
+
+// checkRecordCommand checks --record-command.
+func checkRecordCommand(s string) error {
+	switch s {
+	case "", RecordName, RecordFull:
+		return nil
+	}
+	return fmt.Errorf("--record-command %q: want %s or %s", s, RecordName, RecordFull)
 }
 
 // JobOptions say how jobs are started, signalled and stopped.
 type JobOptions struct {
 	Exe       string         // the coordrun binary, which runs the watchdog
-	Env       []string       // the jobs' environment, without coordrun's variables
+	Env       []string       // the jobs' environment (nil: this process's); credentials are taken out (JobEnv)
 	KillGrace time.Duration  // SIGTERM to SIGKILL
 	Signals   chan os.Signal // terminating and user signals to forward
 }
@@ -74,6 +100,9 @@ func (o *Options) Validate() error {
 	}
 	if o.LockDelay < 0 || o.Timeout < 0 {
 		return errNegative
+	}
+	if err := checkRecordCommand(o.RecordCommand); err != nil {
+		return err
 	}
 	return checkTiming(o.ConnOptions, o.JobOptions)
 }

@@ -65,8 +65,11 @@ type session struct {
 	margin time.Duration
 	grace  time.Duration
 	acl    []wire.ACL
-	leases *leaseFanout
-	log    *slog.Logger
+	// recordFull: records keep the job's whole command line
+	// (--record-command full).
+	recordFull bool
+	leases     *leaseFanout
+	log        *slog.Logger
 }
 
 // dial connects to the ensemble of o and checks the granted timing for
@@ -108,7 +111,7 @@ func dial(ctx context.Context, o ConnOptions, grace time.Duration, log *slog.Log
 		c.Close()
 		return nil, err
 	}
-	return &session{c: c, margin: margin, grace: grace, acl: acl, leases: newLeaseFanout(c), log: log}, nil
+	return &session{c: c, margin: margin, grace: grace, acl: acl, recordFull: o.recordFull(), leases: newLeaseFanout(c), log: log}, nil
 }
 
 func (s *session) close() { s.c.Close() }
@@ -166,7 +169,7 @@ func later(a, b time.Time) time.Time {
 // whose job can outlive its standing by the session timeout and the kill
 // grace with the margin.
 func (s *session) enter(ctx context.Context, dir string, argv []string) (*recipe.Entry, error) {
-	info := holderInfo(argv, s.c.SessionTimeout(), s.grace+s.margin)
+	info := holderInfo(argv, s.recordFull, s.c.SessionTimeout(), s.grace+s.margin)
 	e, err := recipe.Enter(ctx, s.c, dir, info, recipe.Options{ACL: s.acl, Log: s.log})
 	return e, withAccessHint(err)
 }

@@ -86,8 +86,37 @@ func loadConfig(cmd *cobra.Command) (*viper.Viper, error) {
 		if err := checkKnownKeys(v, cmd); err != nil {
 			return nil, err
 		}
+		if cmd.Flags().Lookup("auth") != nil && v.InConfig("auth") && fileHoldsAuth(file) {
+			if err := checkSecretFile(file); err != nil {
+				return nil, err
+			}
+		}
 	}
 	return v, nil
+}
+
+// fileHoldsAuth reports whether the config file itself gives credentials
+// (auth: [] does not), whatever flags and environment say.
+func fileHoldsAuth(file string) bool {
+	fv := viper.New()
+	fv.SetConfigFile(file)
+	return fv.ReadInConfig() == nil && len(fv.GetStringSlice("auth")) > 0
+}
+
+// checkSecretFile refuses a config file that holds credentials (auth:)
+// when users other than its owner may open it, as ssh refuses such a
+// private key: the file is the documented place for them because, unlike
+// --auth and COORDRUN_AUTH, nobody else sees it (ps, /proc/PID/environ,
+// a job's environment).
+func checkSecretFile(file string) error {
+	fi, err := os.Stat(file)
+	if err != nil {
+		return usageError{fmt.Errorf("config file %s: %w", file, err)}
+	}
+	if perm := fi.Mode().Perm(); perm&0o077 != 0 {
+		return usageError{fmt.Errorf("config file %s holds auth: credentials but its mode %04o lets other users read it: chmod 600 %s (owned by the user that runs coordrun), or move auth: to a file of its own given with --config", file, perm, file)}
+	}
+	return nil
 }
 
 // checkKnownKeys rejects config file keys that no coordrun command knows,

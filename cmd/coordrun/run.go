@@ -23,9 +23,12 @@ the session's lease runs out (members unreachable), the whole group is sent
 SIGTERM, then SIGKILL after --kill-grace, so that it is gone before the lease
 ends and another host can take the lock.
 
-The lock's nodes get an ACL (--acl): with credentials (--auth, or a client
-certificate), the session's identities get every permission and everyone
-else may only read; without, they are open to every client, with a warning.
+The lock's nodes get an ACL: with credentials (--auth, or a client
+certificate), the session's identities get every permission and nobody else
+anything, not even read, unless --acl adds it (--acl world:anyone:r);
+without, they are open to every client, with a warning. They show the
+command's name only, unless --record-command full. The command's
+environment never holds COORDRUN_AUTH.
 If another client deletes or changes the holder's nodes while the command
 runs, the command is stopped (TERM, then KILL after --kill-grace) and
 coordrun exits 78.

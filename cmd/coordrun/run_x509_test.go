@@ -22,7 +22,8 @@ import (
 // certificates share the identity of their organization (the members map
 // certificates by O), so both join one lock whose nodes only that
 // identity may change; a client of another organization can read the
-// lock but not touch it, and its supervisor is refused with exit 64.
+// lock (--acl world:anyone:r) but not touch it, and its supervisor is
+// refused with exit 64.
 func TestRunX509Identity(t *testing.T) {
 	ca := testkit.NewCA(t, "test")
 	srvCert, srvKey := tlsIssue(t, ca, "server")
@@ -45,7 +46,7 @@ func TestRunX509Identity(t *testing.T) {
 	gate := t.TempDir() + "/go"
 	hold := []string{"--", "sh", "-c", "while [ ! -e " + gate + " ]; do sleep 0.02; done"}
 	run := func(name, cert, key string) *proc {
-		args := append(append([]string{"run", "--name", lock, "--session-timeout", "6s"}, creds(cert, key)...), hold...)
+		args := append(append([]string{"run", "--name", lock, "--session-timeout", "6s", "--acl", "world:anyone:r"}, creds(cert, key)...), hold...)
 		return procStart(t, name, args...)
 	}
 	a := run("host1", h1Cert, h1Key)

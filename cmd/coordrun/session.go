@@ -60,8 +60,9 @@ func addSessionFlags(cmd *cobra.Command) {
 	f.Duration("kill-grace", 2*time.Second, "time between SIGTERM and SIGKILL when the lease runs out")
 	f.Duration("drift-margin", 250*time.Millisecond, "safety margin subtracted from every lease, for clock rate differences")
 	f.Duration("zookeeper-margin", 2*time.Second, "extra margin against Apache ZooKeeper, whose followers answer pings on their own")
-	f.StringSlice("auth", nil, "digest credentials user:password (repeatable)")
-	f.String("acl", "", "ACL of the nodes coordrun creates, scheme:id:perms,... (default: the session's identities cdrwa and world:anyone:r with credentials, else open)")
+	f.StringSlice("auth", nil, "digest credentials user:password (repeatable); visible in ps: prefer auth: in a 0600 config file")
+	f.String("acl", "", "entries added to the ACL of the nodes coordrun creates, scheme:id:perms,... e.g. world:anyone:r (default: only the session's identities, cdrwa, with credentials; else the open ACL)")
+	f.String("record-command", supervisor.RecordName, "what lock and cron records show of the command: name (its base name) or full (the whole command line, arguments and all)")
 	f.Bool("shell", false, "run the command through sh -c")
 	f.BoolP("verbose", "v", false, "log more")
 	f.BoolP("quiet", "q", false, "log only errors")
@@ -120,12 +121,13 @@ func sessionOptions(cmd *cobra.Command, v *viper.Viper) (sessionConfig, error) {
 			Auth:           auth,
 			TLS:            tlsCfg,
 			ACL:            acl,
+			RecordCommand:  v.GetString("record-command"),
 			DriftMargin:    v.GetDuration("drift-margin"),
 			ExtraMargin:    v.GetDuration("zookeeper-margin"),
 		},
 		job: supervisor.JobOptions{
 			Exe:       exe,
-			Env:       os.Environ(),
+			Env:       supervisor.JobEnv(os.Environ()),
 			KillGrace: v.GetDuration("kill-grace"),
 			Signals:   sigs,
 		},
@@ -205,12 +207,22 @@ func withClient(run func(cmd *cobra.Command, args []string, s *clientSession) er
 			return err
 		}
 		defer s.close()
-		err = run(cmd, args, s)
-		if errors.Is(err, wire.ErrNoAuth) && len(s.v.GetStringSlice("auth")) == 0 {
-			return fmt.Errorf("%w (the node's ACL wants credentials: give --auth user:password)", err)
-		}
+		return noAuthHint(run(cmd, args, s), len(s.v.GetStringSlice("auth")) > 0)
+	}
+}
+
+// noAuthHint says what to do about a record the session may not read or
+// change: with credentials, coordrun's records are readable only by the
+// identities that wrote them. No permission is bad usage (64): retrying
+// cannot help.
+func noAuthHint(err error, haveAuth bool) error {
+	if !errors.Is(err, wire.ErrNoAuth) {
 		return err
 	}
+	if haveAuth {
+		return usageError{fmt.Errorf("%w (the node's ACL does not grant your credentials; its writers' --acl can add them)", err)}
+	}
+	return usageError{fmt.Errorf("%w (the node's ACL wants credentials: records written with credentials are readable only by them; give auth: user:password in a 0600 config file, or --auth user:password, or have the writers add --acl world:anyone:r)", err)}
 }
 
 func writeJSON(w io.Writer, v any) error {

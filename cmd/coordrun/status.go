@@ -3,10 +3,12 @@ package main
 import (
 	"fmt"
 	"io"
+	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/coordrun/coordrun/ensemble/client/recipe"
+	"github.com/coordrun/coordrun/ensemble/wire"
 	"github.com/coordrun/coordrun/supervisor"
 	"github.com/spf13/cobra"
 )
@@ -25,10 +27,13 @@ func newStatusCommand() *cobra.Command {
 				if locks == nil {
 					locks = []supervisor.LockState{}
 				}
-				return writeJSON(cmd.OutOrStdout(), locks)
+				if err := writeJSON(cmd.OutOrStdout(), locks); err != nil {
+					return err
+				}
+			} else {
+				printLocks(cmd.OutOrStdout(), locks)
 			}
-			printLocks(cmd.OutOrStdout(), locks)
-			return nil
+			return unreadableLocks(locks)
 		}),
 	}
 	addInspectFlags(cmd, "/coordrun/locks", "znode folder holding every lock")
@@ -48,6 +53,8 @@ func printLocks(w io.Writer, locks []supervisor.LockState) {
 			row(tw, l.Name, "stopping", recipe.Contender{Node: s.Node, Token: s.Token, Info: s.Info})
 		}
 		switch {
+		case l.Unreadable:
+			fmt.Fprintf(tw, "%s\tunreadable\t\t\t\t\t\n", l.Name)
 		case l.Holder == nil && l.Stopping == nil:
 			fmt.Fprintf(tw, "%s\tfree\t\t\t\t\t\n", l.Name)
 		case l.Holder != nil && l.Holder.Holding:
@@ -81,4 +88,19 @@ func row(w io.Writer, lock, role string, c recipe.Contender) {
 		since = c.Info.Since.Local().Format(time.DateTime)
 	}
 	fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%d\t%s\t%s\n", lock, role, c.Info.Host, c.Info.PID, c.Token, since, c.Info.Command)
+}
+
+// unreadableLocks is the error of a status that could not read every
+// lock: no permission, which withClient explains (exit 64).
+func unreadableLocks(locks []supervisor.LockState) error {
+	var names []string
+	for _, l := range locks {
+		if l.Unreadable {
+			names = append(names, l.Name)
+		}
+	}
+	if len(names) == 0 {
+		return nil
+	}
+	return fmt.Errorf("cannot read lock %s: %w", strings.Join(names, ", "), wire.ErrNoAuth)
 }
