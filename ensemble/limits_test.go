@@ -63,6 +63,7 @@ func TestClientConnsPerAddress(t *testing.T) {
 	const max = 3
 	c := startCluster(t, 1, func(cfg *Config) {
 		cfg.MaxClientConns = max
+		cfg.FourLetterWords = []string{"conf", "ruok"}
 		cfg.AdminAddr = "127.0.0.1:0"
 	})
 	m := c.waitLeader()
