@@ -77,6 +77,14 @@ type Config struct {
 	// peer addresses as SANs and both the server and client auth key
 	// usages. Every member must use TLS, or none.
 	PeerTLS *tls.Config
+	// PeerSecret, when set, authenticates peers by a secret every member
+	// holds (32 bytes at least; see peerauth.go): mutual TLS against a CA
+	// derived from it. Excludes PeerTLS.
+	PeerSecret []byte
+	// InsecurePeers lets a member whose peer address is not loopback run
+	// without PeerTLS or PeerSecret: anyone who reaches its peer port can
+	// then act as a member. Without it such a member refuses to start.
+	InsecurePeers bool
 
 	MinSessionTimeout time.Duration // default 2 ticks (4s with ZooKeeper's 2s tick)
 	MaxSessionTimeout time.Duration // default 40s
@@ -123,6 +131,9 @@ type Config struct {
 	// commitTimeout overrides raft's CommitTimeout (tests: a long one shows
 	// that followers learn commits from the commit pusher).
 	commitTimeout time.Duration
+	// peerIdleTimeout and peerFrameTimeout override the member RPC
+	// deadlines (rpc.go) in tests.
+	peerIdleTimeout, peerFrameTimeout time.Duration
 	// legacyEntries makes the member behave, as to the log's format, like
 	// a version before group commit: it never proposes group entries and
 	// does not say it reads them (tests of the upgrade gate).
@@ -227,6 +238,9 @@ func (c *Config) setDefaults() error {
 		return configError("Pprof", "profiles are served on the admin listener: pprof needs an admin address")
 	}
 	if err := c.checkTLS(); err != nil {
+		return err
+	}
+	if err := c.checkPeerAuth(); err != nil {
 		return err
 	}
 	if c.ClientIdentity == "" {

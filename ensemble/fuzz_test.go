@@ -19,12 +19,12 @@ func FuzzReadRPC(f *testing.F) {
 	f.Fuzz(func(t *testing.T, b []byte) {
 		r := bufio.NewReader(bytes.NewReader(b))
 		for {
-			kind, id, payload, err := readRPC(r)
+			kind, id, payload, err := readRPC(r, anyFrame)
 			if err != nil {
 				return
 			}
 			out := appendRPC(nil, kind, id, payload)
-			k2, id2, p2, err := readRPC(bufio.NewReader(bytes.NewReader(out)))
+			k2, id2, p2, err := readRPC(bufio.NewReader(bytes.NewReader(out)), anyFrame)
 			if err != nil || k2 != kind || id2 != id || !bytes.Equal(p2, payload) {
 				t.Fatalf("round trip: %v %d/%d %d/%d", err, k2, kind, id2, id)
 			}

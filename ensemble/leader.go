@@ -158,11 +158,22 @@ func (m *Member) localReadIndex(context.Context) (int64, error) {
 
 // sendTouch relays session liveness to the leader (or records it here)
 // and returns the sessions the leader does not consider alive.
+// A batch larger than a leader accepts in one call goes in several.
 func (m *Member) sendTouch(ctx context.Context, ids []int64) ([]int64, error) {
-	return leaderCall(m, rpcTouch,
-		func() ([]byte, error) { return encodeIDs(ids), nil },
-		func() pending[[]int64] { return answered(m.touchAll(ids), nil) },
-		func(b []byte, _ time.Time) ([]int64, error) { return decodeIDs(b), nil })(ctx)
+	var dead []int64
+	for len(ids) > 0 {
+		chunk := ids[:min(len(ids), maxTouchIDs)]
+		ids = ids[len(chunk):]
+		d, err := leaderCall(m, rpcTouch,
+			func() ([]byte, error) { return encodeIDs(chunk), nil },
+			func() pending[[]int64] { return answered(m.touchAll(chunk), nil) },
+			func(b []byte, _ time.Time) ([]int64, error) { return decodeIDs(b), nil })(ctx)
+		if err != nil {
+			return nil, err
+		}
+		dead = append(dead, d...)
+	}
+	return dead, nil
 }
 
 func encodeIDs(ids []int64) []byte {
@@ -225,7 +236,7 @@ func (m *Member) servePeer(c net.Conn) {
 		c.Close()
 		return
 	}
-	serveRPC(&m.tr, c, func(kind byte, payload []byte) func() (byte, []byte) {
+	serveRPC(&m.tr, c, m.rpcBounds(), func(kind byte, payload []byte) func() (byte, []byte) {
 		h, ok := m.peer[kind]
 		if !ok {
 			return func() (byte, []byte) {
@@ -240,7 +251,19 @@ func (m *Member) servePeer(c net.Conn) {
 			}
 			return kind, b
 		}
-	})
+	}, func(err error) { m.gate.refuse(c, refusedFrame, "", err) })
+}
+
+// rpcBounds are the limits of the member RPCs this member serves.
+func (m *Member) rpcBounds() rpcBounds {
+	b := rpcBounds{propose: 2 * m.env.maxFrame, idle: defaultPeerIdle, frame: defaultPeerFrame}
+	if m.cfg.peerIdleTimeout > 0 {
+		b.idle = m.cfg.peerIdleTimeout
+	}
+	if m.cfg.peerFrameTimeout > 0 {
+		b.frame = m.cfg.peerFrameTimeout
+	}
+	return b
 }
 
 // leaderOnly refuses calls while this member does not lead.

@@ -30,7 +30,8 @@ type peerMux struct {
 	tr      *tracker
 	closed  chan struct{}
 	once    sync.Once
-	tls     *peerTLS // dialing side of peer TLS; nil: plaintext
+	tls     *peerTLS  // dialing side of peer TLS, and the hello's id
+	gate    *peerGate // checks the hello of accepted streams; nil: none (tests' dial-only muxes)
 
 	// open holds the accepted connections not handed to raft: Close ends
 	// them, so that their goroutines end too (raft closes its own).
@@ -89,8 +90,15 @@ func (m *peerMux) serve() {
 
 func (m *peerMux) route(c net.Conn) {
 	var b [1]byte
+	// The stream byte and the hello come within this time, the TLS
+	// handshake before them included.
 	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
 	if _, err := io.ReadFull(c, b[:]); err != nil {
+		m.release(c)
+		c.Close()
+		return
+	}
+	if (b[0] == streamRaft || b[0] == streamMember) && !m.admit(c) {
 		m.release(c)
 		c.Close()
 		return
@@ -111,6 +119,29 @@ func (m *peerMux) route(c net.Conn) {
 		m.release(c)
 		c.Close()
 	}
+}
+
+// admit reads the hello of an accepted stream and says whether the
+// member it names may use the peer port; a refusal is logged and counted
+// here, once for the connection.
+func (m *peerMux) admit(c net.Conn) bool {
+	if m.gate == nil {
+		return true
+	}
+	id, err := readHello(c)
+	if err != nil {
+		m.gate.refuse(c, refusedHello, "", err)
+		return false
+	}
+	if !m.gate.admit(id, m.closed) {
+		select {
+		case <-m.closed:
+		default:
+			m.gate.refuse(c, refusedNotMember, id, nil)
+		}
+		return false
+	}
+	return true
 }
 
 // Accept implements net.Listener for raft.
@@ -147,13 +178,5 @@ func (m *peerMux) Addr() net.Addr {
 
 // Dial implements raft.StreamLayer.
 func (m *peerMux) Dial(addr raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
-	c, err := m.tls.dialTimeout(string(addr), timeout)
-	if err != nil {
-		return nil, err
-	}
-	if _, err := c.Write([]byte{streamRaft}); err != nil {
-		c.Close()
-		return nil, err
-	}
-	return c, nil
+	return m.tls.dialStream(string(addr), timeout, streamRaft)
 }

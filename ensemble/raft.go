@@ -33,9 +33,20 @@ func (m *Member) startRaft() error {
 			return fmt.Errorf("peer listener: %w", err)
 		}
 	}
-	pt := newPeerTLS(cfg.PeerTLS)
-	m.mux = newPeerMux(&m.tr, pt.listener(ln, m.log), m.servePeer, m.log)
-	m.mux.tls, m.pool.tls, m.pool.tr = pt, pt, &m.tr
+	peerCfg := cfg.PeerTLS
+	if cfg.PeerSecret != nil {
+		var err error
+		if peerCfg, err = secretTLSConfig(cfg.PeerSecret, cfg.ID, time.Now); err != nil {
+			ln.Close()
+			return err
+		}
+	}
+	pt := newPeerTLS(peerCfg)
+	pt.id = cfg.ID
+	m.gate = newPeerGate(m.log, m.metrics.reg)
+	m.mux = newPeerMux(&m.tr, pt.listener(ln, m.log, m.gate), m.servePeer, m.log)
+	m.mux.tls, m.mux.gate, m.pool.tls, m.pool.tr = pt, m.gate, pt, &m.tr
+	m.logPeerAuth()
 	if len(cfg.Peers) == 0 {
 		// A single member: it advertises where it actually listens.
 		m.cfg.Peers = []Peer{{ID: cfg.ID, Addr: ln.Addr().String()}}
@@ -113,6 +124,7 @@ func (m *Member) startRaft() error {
 		return fmt.Errorf("raft: %w", err)
 	}
 	m.raft = r
+	m.gate.setRaft(r)
 	m.push.raft.Store(r)
 	m.prop = newProposer(r, m.stats.grouped)
 	m.tr.Go(func() { m.prop.runForm(m.ctx) })
