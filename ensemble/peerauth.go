@@ -114,28 +114,31 @@ func (c *Config) checkPeerAuth() error {
 	if len(c.ID) > maxHelloID {
 		return configError("ID", "member id of %d bytes is too long, %d at most", len(c.ID), maxHelloID)
 	}
-	if c.PeerTLS == nil && c.PeerSecret == nil && !c.InsecurePeers && !peersOnLoopback(c.PeerAddr, c.advertised()) {
+	if exposed := exposedPeerAddr(c.PeerAddr, c.advertised()); exposed != "" && c.PeerTLS == nil && c.PeerSecret == nil && !c.InsecurePeers {
 		return configError("InsecurePeers", "peer address %s is not loopback and the peer port has no credentials, so anyone who reaches it "+
 			"could act as a member: give every member the same secret (coordrun ensemble secret > FILE; chmod 600 FILE; --peer-secret-file FILE), "+
-			"or peer TLS (--peer-tls-cert, --peer-tls-key, --peer-tls-ca), or run it open behind a firewall with --insecure-peers", c.PeerAddr)
+			"or peer TLS (--peer-tls-cert, --peer-tls-key, --peer-tls-ca), or run it open behind a firewall with --insecure-peers", exposed)
 	}
 	return nil
 }
 
 // peersOnLoopback reports whether the peer port listens, and is dialed,
-// on loopback only: then only local processes reach it. A wildcard or a
-// host name other than localhost counts as reachable from elsewhere.
-func peersOnLoopback(addrs ...string) bool {
+// on loopback only: then only local processes reach it.
+func peersOnLoopback(addrs ...string) bool { return exposedPeerAddr(addrs...) == "" }
+
+// exposedPeerAddr is the first of addrs not on loopback, or "". A wildcard
+// or a host name other than localhost counts as reachable from elsewhere.
+func exposedPeerAddr(addrs ...string) string {
 	for _, a := range addrs {
 		if a == "" {
 			continue
 		}
 		host, _, err := net.SplitHostPort(a)
 		if err != nil || !loopbackHost(host) {
-			return false
+			return a
 		}
 	}
-	return true
+	return ""
 }
 
 // loopbackHost reports whether host names a loopback address.
