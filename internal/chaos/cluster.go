@@ -122,7 +122,11 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 		}
 		return -1
 	}
-	c.layout = testkit.ProcessEnsemble{Bin: c.bin, Args: append([]string{"--min-session-timeout", "2s", "--log-level", "warn"}, cfg.Args...)}
+	secret, err := testkit.WriteSecretFile(cfg.Dir)
+	if err != nil {
+		return nil, err
+	}
+	c.layout = testkit.ProcessEnsemble{Bin: c.bin, Args: append([]string{"--min-session-timeout", "2s", "--log-level", "warn"}, cfg.Args...), SecretFile: secret}
 	for i := 0; i < n; i++ {
 		m := &member{idx: i, id: strconv.Itoa(i + 1), ip: memberIP(i)}
 		m.dir = filepath.Join(cfg.Dir, "member-"+m.id)
