@@ -47,7 +47,7 @@ type Member struct {
 	prop   *proposer // group commit, used while leading (group.go)
 	pool   peerPool
 	health *peerHealth          // which peers answer; the waiting line and status
-	gate   *peerGate            // who may use the peer port (peerhello.go)
+	gate   *peerGate            // who may use the peer port (peergate.go)
 	peer   map[byte]peerHandler // member RPCs served on the peer port
 
 	watch *watchManager

@@ -30,8 +30,8 @@ type peerMux struct {
 	tr      *tracker
 	closed  chan struct{}
 	once    sync.Once
-	tls     *peerTLS  // dialing side of peer TLS, and the hello's id
-	gate    *peerGate // checks the hello of accepted streams; nil: none (tests' dial-only muxes)
+	tls     *peerTLS  // dialing side of peer TLS; nil: plaintext
+	gate    *peerGate // checks who accepted streams come from; nil: none (tests' dial-only muxes)
 
 	// open holds the accepted connections not handed to raft: Close ends
 	// them, so that their goroutines end too (raft closes its own).
@@ -90,8 +90,8 @@ func (m *peerMux) serve() {
 
 func (m *peerMux) route(c net.Conn) {
 	var b [1]byte
-	// The stream byte and the hello come within this time, the TLS
-	// handshake before them included.
+	// The stream byte comes within this time, the TLS handshake before
+	// it included.
 	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
 	if _, err := io.ReadFull(c, b[:]); err != nil {
 		m.release(c)
@@ -121,18 +121,14 @@ func (m *peerMux) route(c net.Conn) {
 	}
 }
 
-// admit reads the hello of an accepted stream and says whether the
-// member it names may use the peer port; a refusal is logged and counted
-// here, once for the connection.
+// admit says whether the member on the other end of an accepted stream
+// may use the peer port; a refusal is logged and counted here, once for
+// the connection.
 func (m *peerMux) admit(c net.Conn) bool {
-	if m.gate == nil {
+	if m.gate == nil || !m.gate.checkIDs {
 		return true
 	}
-	id, err := readHello(c)
-	if err != nil {
-		m.gate.refuse(c, refusedHello, "", err)
-		return false
-	}
+	id := certID(c)
 	if !m.gate.admit(id, m.closed) {
 		select {
 		case <-m.closed:

@@ -14,8 +14,8 @@ package ensemble
 // (another secret, another CA) is refused at the handshake.
 //
 // Holding the secret is what makes a process a member as far as the
-// transport goes; which member it is, it says in its hello (peerhello.go),
-// and that id must be in the raft configuration.
+// transport goes; which member it is, its certificate says, and that id
+// must be in the raft configuration (peergate.go).
 
 import (
 	"crypto"
@@ -43,9 +43,9 @@ import (
 const MinPeerSecretBytes = 32
 
 // peerServerName is the name every leaf certificate carries and every
-// dial verifies. Members are told apart by their hello, not their
-// certificate, and the CA signs nothing but member leaves, so one name
-// serves all (and works through proxies and NAT, whatever the address).
+// dial verifies. The CA signs nothing but member leaves, so one name
+// serves all (and works through proxies and NAT, whatever the address);
+// which member a leaf belongs to, its common name says.
 const peerServerName = "member.coordrun.invalid"
 
 // leafLifetime is how long a minted leaf certificate is valid; a member
@@ -102,7 +102,8 @@ func ReadPeerSecretFile(path string) ([]byte, error) {
 }
 
 // checkPeerAuth checks the peer credentials: one kind at most, a secret
-// long enough, an id that fits a hello.
+// long enough, and some unless the peer port is on loopback or
+// InsecurePeers says to run it open.
 func (c *Config) checkPeerAuth() error {
 	if c.PeerSecret != nil && c.PeerTLS != nil {
 		return configError("PeerSecret", "peer TLS and a peer secret exclude each other: choose one")
@@ -110,9 +111,6 @@ func (c *Config) checkPeerAuth() error {
 	if c.PeerSecret != nil && len(c.PeerSecret) < MinPeerSecretBytes {
 		return configError("PeerSecret", "peer secret of %d bytes is too short, want %d at least: generate one with `coordrun ensemble secret > FILE`",
 			len(c.PeerSecret), MinPeerSecretBytes)
-	}
-	if len(c.ID) > maxHelloID {
-		return configError("ID", "member id of %d bytes is too long, %d at most", len(c.ID), maxHelloID)
 	}
 	if exposed := exposedPeerAddr(c.PeerAddr, c.advertised()); exposed != "" && c.PeerTLS == nil && c.PeerSecret == nil && !c.InsecurePeers {
 		return configError("InsecurePeers", "peer address %s is not loopback and the peer port has no credentials, so anyone who reaches it "+
@@ -224,12 +222,14 @@ func (ca *peerCA) mintLeaf(id string, now time.Time) (*tls.Certificate, error) {
 	}
 	tmpl := &x509.Certificate{
 		SerialNumber: serial,
-		Subject:      pkix.Name{CommonName: "coordrun member " + id},
-		DNSNames:     []string{peerServerName},
-		NotBefore:    now.Add(-leafSkew),
-		NotAfter:     now.Add(leafLifetime),
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+		// The member's id, which the accepting member checks against its
+		// configuration (peergate.go).
+		Subject:     pkix.Name{CommonName: id, Organization: []string{"coordrun ensemble member"}},
+		DNSNames:    []string{peerServerName},
+		NotBefore:   now.Add(-leafSkew),
+		NotAfter:    now.Add(leafLifetime),
+		KeyUsage:    x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, pub, ca.key)
 	if err != nil {

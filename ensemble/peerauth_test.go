@@ -197,9 +197,7 @@ func TestPeerOtherEnsembleRefused(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		pt := newPeerTLS(cfg)
-		pt.id = "2"
-		return pt
+		return newPeerTLS(cfg)
 	}
 	other := make([]byte, 32)
 	copy(other, "another ensemble's secret, 32 b")
@@ -244,7 +242,6 @@ func TestPeerNotInConfigurationRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	stranger := newPeerTLS(cfg)
-	stranger.id = "9"
 	addr := c.cfgs[0].Peers[0].Addr
 	if st, err := peerStatus(addr, stranger); err == nil {
 		t.Fatalf("member 1 answered member 9, not in its configuration: %s", st)
@@ -267,9 +264,12 @@ func TestPeerNotInConfigurationRefused(t *testing.T) {
 		t.Fatalf("%d refusals logged for two connections", n)
 	}
 
-	// The control: the same credentials naming a member are served.
-	stranger.id = "2"
-	if _, err := peerStatus(addr, stranger); err != nil {
+	// The control: the same secret, naming a member, is served.
+	cfg, err = secretTLSConfig(c.cfgs[0].PeerSecret, "2", time.Now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := peerStatus(addr, newPeerTLS(cfg)); err != nil {
 		t.Fatalf("member 1 refused member 2: %v", err)
 	}
 }
@@ -528,7 +528,6 @@ func TestPeerRPCBoundsAndDeadlines(t *testing.T) {
 		t.Fatal(err)
 	}
 	pt := newPeerTLS(cfg)
-	pt.id = "1"
 	open := func() net.Conn {
 		nc, err := pt.dialStream(m.PeerAddr(), 2*time.Second, streamMember)
 		if err != nil {

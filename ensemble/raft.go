@@ -42,8 +42,7 @@ func (m *Member) startRaft() error {
 		}
 	}
 	pt := newPeerTLS(peerCfg)
-	pt.id = cfg.ID
-	m.gate = newPeerGate(m.log, m.metrics.reg)
+	m.gate = newPeerGate(m.log, m.metrics.reg, cfg.PeerSecret != nil)
 	m.mux = newPeerMux(&m.tr, pt.listener(ln, m.log, m.gate), m.servePeer, m.log)
 	m.mux.tls, m.mux.gate, m.pool.tls, m.pool.tr = pt, m.gate, pt, &m.tr
 	m.logPeerAuth()

@@ -87,8 +87,6 @@ type peerTLS struct {
 	// one firewalls and the other members expect), and the source of a
 	// member connection tells which member opened it.
 	local net.IP
-	// id is this member's raft server id, which its hello sends.
-	id string
 }
 
 func newPeerTLS(base *tls.Config) *peerTLS {
@@ -141,19 +139,14 @@ func (p *peerTLS) dialTimeout(addr string, timeout time.Duration) (net.Conn, err
 }
 
 // dialStream connects to another member's peer port and opens a stream
-// of the given kind: the stream byte and the hello, which travel inside
-// TLS when it is on.
+// of the given kind: the stream byte, inside TLS when it is on.
 func (p *peerTLS) dialStream(addr string, timeout time.Duration, stream byte) (net.Conn, error) {
 	c, err := p.dialTimeout(addr, timeout)
 	if err != nil {
 		return nil, err
 	}
-	id := ""
-	if p != nil {
-		id = p.id
-	}
 	_ = c.SetWriteDeadline(time.Now().Add(timeout))
-	if _, err := c.Write(helloFrame(stream, id)); err != nil {
+	if _, err := c.Write([]byte{stream}); err != nil {
 		c.Close()
 		return nil, err
 	}

@@ -190,7 +190,6 @@ func TestTLSEnsemble(t *testing.T) {
 		rogue := newPeerTLS(&tls.Config{Certificates: []tls.Certificate{rogueCA.Issue(t, testkit.Loopback("member 4"))}, RootCAs: peerCA.Pool})
 		// One with a proper member certificate: the control.
 		proper := newPeerTLS(&tls.Config{Certificates: []tls.Certificate{peerCA.Issue(t, testkit.Loopback("member 5"))}, RootCAs: peerCA.Pool})
-		proper.id = "1" // a member of the configuration, as the hello must say
 		rogueTrans := peerTransport(t, rogue)
 		properTrans := peerTransport(t, proper)
 

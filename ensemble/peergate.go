@@ -1,9 +1,7 @@
 package ensemble
 
 import (
-	"errors"
-	"fmt"
-	"io"
+	"crypto/tls"
 	"log/slog"
 	"net"
 	"sync"
@@ -13,41 +11,31 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// The hello: after the stream byte, inside the authenticated channel when
-// there is one, the dialing member names itself — u8 length, its raft
-// server id. The accepting member serves the stream only if that id is in
-// its raft configuration. Credentials (peerauth.go, tls.go) say that a
-// process belongs to this ensemble; the hello and the configuration say
-// that it is one of the members now, not one removed, nor one started
-// with the secret but never added.
+// Which member is on the other end of a peer connection. Under the
+// ensemble secret every leaf certificate is minted by a member for itself
+// (peerauth.go) and names its raft server id as the subject's common
+// name; the accepting member serves the connection only if that id is in
+// its raft configuration. The secret says that a process belongs to the
+// ensemble; the id and the configuration say that it is one of the
+// members now, not one removed, nor one started with the secret but never
+// added. The id travels in the TLS handshake, so the streams themselves
+// are as they were, and members with peer TLS of their own certificates
+// or plaintext ones upgrade one at a time as before; for those no id is
+// checked (a plaintext id would prove nothing, and an operator's
+// certificates follow no naming rule of ours).
 
-// maxHelloID is the longest member id a hello can carry.
-const maxHelloID = 255
-
-// errBadHello: the stream did not start with a well-formed hello.
-var errBadHello = errors.New("bad peer hello")
-
-// helloFrame is what a dialer sends first: the stream byte and the hello.
-func helloFrame(stream byte, id string) []byte {
-	b := make([]byte, 0, 2+len(id))
-	b = append(b, stream, byte(len(id)))
-	return append(b, id...)
-}
-
-// readHello reads the hello after the stream byte.
-func readHello(r io.Reader) (string, error) {
-	var n [1]byte
-	if _, err := io.ReadFull(r, n[:]); err != nil {
-		return "", fmt.Errorf("%w: %v", errBadHello, err)
+// certID is the member id that the verified certificate of an accepted
+// TLS connection names, "" when there is none.
+func certID(c net.Conn) string {
+	tc, ok := c.(interface{ ConnectionState() tls.ConnectionState })
+	if !ok {
+		return ""
 	}
-	if n[0] == 0 {
-		return "", fmt.Errorf("%w: no member id", errBadHello)
+	st := tc.ConnectionState()
+	if len(st.VerifiedChains) == 0 || len(st.VerifiedChains[0]) == 0 {
+		return ""
 	}
-	id := make([]byte, n[0])
-	if _, err := io.ReadFull(r, id); err != nil {
-		return "", fmt.Errorf("%w: %v", errBadHello, err)
-	}
-	return string(id), nil
+	return st.VerifiedChains[0][0].Subject.CommonName
 }
 
 // admitted reports whether a peer that says it is id may use the peer
@@ -71,7 +59,6 @@ func admitted(servers []raft.Server, id string) bool {
 // coordrun_peer_refused_total.
 const (
 	refusedHandshake = "handshake"  // no credentials, or another ensemble's
-	refusedHello     = "hello"      // no or a malformed hello
 	refusedNotMember = "not_member" // an id not in the configuration
 	refusedFrame     = "frame"      // a member RPC frame over its kind's bound
 )
@@ -81,19 +68,23 @@ const (
 type peerGate struct {
 	log     *slog.Logger
 	refused *prometheus.CounterVec
+	// checkIDs: connections name their member in their certificate
+	// (the ensemble secret), and only members in the configuration are
+	// served.
+	checkIDs bool
 
 	r    atomic.Pointer[raft.Raft] // set once raft runs
 	up   chan struct{}             // closed when r is set
 	once sync.Once
 }
 
-func newPeerGate(log *slog.Logger, reg prometheus.Registerer) *peerGate {
-	g := &peerGate{log: log, up: make(chan struct{}),
+func newPeerGate(log *slog.Logger, reg prometheus.Registerer, checkIDs bool) *peerGate {
+	g := &peerGate{log: log, up: make(chan struct{}), checkIDs: checkIDs,
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "coordrun_peer_refused_total",
-			Help: "Peer port connections refused, by reason: handshake (no or foreign credentials), hello, not_member (an id not in the configuration), frame (a member RPC over its bound).",
+			Help: "Peer port connections refused, by reason: handshake (no or foreign credentials), not_member (an id not in the configuration), frame (a member RPC over its bound).",
 		}, []string{"reason"})}
-	for _, r := range []string{refusedHandshake, refusedHello, refusedNotMember, refusedFrame} {
+	for _, r := range []string{refusedHandshake, refusedNotMember, refusedFrame} {
 		g.refused.WithLabelValues(r)
 	}
 	if reg != nil {
