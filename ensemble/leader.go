@@ -114,8 +114,18 @@ type proposal struct {
 // by one goroutine are committed in that order. A forwarded write is
 // committed when its wait returns, but may not be applied here yet; the
 // caller decides whether its reply must wait for that.
+//
+// A txn larger than a leader accepts from a follower fails here, alone,
+// rather than end the connection that other writes share.
 func (m *Member) submit(txn *tree.Txn) pending[proposal] {
-	return leaderCall(m, rpcPropose, txn.MarshalBinary,
+	encode := func() ([]byte, error) {
+		b, err := txn.MarshalBinary()
+		if limit := m.rpcBounds().propose; err == nil && len(b) > limit {
+			err = fmt.Errorf("%w: a write of %d bytes, %d at most", errFrameTooLarge, len(b), limit)
+		}
+		return b, err
+	}
+	return leaderCall(m, rpcPropose, encode,
 		func() pending[proposal] {
 			f, err := m.applyAsLeader(txn)
 			if err != nil {

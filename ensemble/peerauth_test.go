@@ -589,3 +589,36 @@ func TestPeerRPCBoundsAndDeadlines(t *testing.T) {
 		t.Fatalf("an idle connection held %v", d)
 	}
 }
+
+// TestOversizedWriteFailsAlone: a follower does not forward a write
+// larger than the leader accepts (which would end the connection its
+// other forwarded writes share): that write fails, the next goes through.
+func TestOversizedWriteFailsAlone(t *testing.T) {
+	c := startCluster(t, 3, func(cfg *Config) { cfg.MaxDataBytes = 1024 })
+	leader := c.waitLeader()
+	var follower *Member
+	for _, m := range c.Members() {
+		if m != leader {
+			follower = m
+		}
+	}
+	limit := follower.rpcBounds().propose
+	var ids []tree.Identity
+	for n := 0; n <= limit; n += 1000 {
+		ids = append(ids, tree.Identity{Scheme: "digest", ID: strings.Repeat("x", 1000)})
+	}
+	create := func(path string, auth []tree.Identity) error {
+		txn := tree.Txn{Kind: tree.TxnOps, Auth: auth, Ops: []tree.Op{{Kind: tree.OpCreate, Path: path, ACL: tree.OpenACL}}}
+		_, err := follower.submit(&txn)(t.Context())
+		return err
+	}
+	if err := create("/big", ids); !errors.Is(err, errFrameTooLarge) {
+		t.Fatalf("a write over %d bytes: %v, want errFrameTooLarge", limit, err)
+	}
+	if err := create("/small", nil); err != nil {
+		t.Fatalf("the next write: %v", err)
+	}
+	if refusals(c, refusedFrame) != 0 {
+		t.Fatal("the leader saw the oversized frame")
+	}
+}

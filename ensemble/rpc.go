@@ -242,12 +242,12 @@ func readRPC(r *bufio.Reader, limit func(kind byte) int) (kind byte, id uint64, 
 		return
 	}
 	n := binary.BigEndian.Uint32(hdr[:4])
-	if n < 9 || n > maxRPCFrame {
+	if n < 9 {
 		return 0, 0, nil, fmt.Errorf("member rpc frame of %d bytes", n)
 	}
 	kind = hdr[4]
 	id = binary.BigEndian.Uint64(hdr[5:])
-	if int(n-9) > limit(kind) {
+	if n > maxRPCFrame || int(n-9) > limit(kind) {
 		return kind, id, nil, fmt.Errorf("%w: kind %d with %d bytes, %d at most", errFrameTooLarge, kind, n-9, limit(kind))
 	}
 	payload = make([]byte, n-9)
