@@ -26,9 +26,11 @@ the same --peers list. A member restarted on an existing data dir resumes
 from it; --peers only matters the first time.
 
   coordrun server --dev
+  coordrun ensemble secret > peer-secret; chmod 600 peer-secret  # once, copied to every member
   coordrun server --id 1 --data-dir /var/lib/coordrun \
       --client-addr :2181 --peer-addr 10.0.0.1:2888 \
-      --peers 1=10.0.0.1:2888,2=10.0.0.2:2888,3=10.0.0.3:2888`,
+      --peers 1=10.0.0.1:2888,2=10.0.0.2:2888,3=10.0.0.3:2888 \
+      --peer-secret-file peer-secret`,
 		Args: cobra.NoArgs,
 		RunE: runServer,
 	}
