@@ -240,9 +240,6 @@ func (c *Config) setDefaults() error {
 	if err := c.checkTLS(); err != nil {
 		return err
 	}
-	if err := c.checkPeerAuth(); err != nil {
-		return err
-	}
 	if c.ClientIdentity == "" {
 		c.ClientIdentity = CertIdentityDN
 	}
@@ -252,7 +249,8 @@ func (c *Config) setDefaults() error {
 	if c.ClientIdentity != CertIdentityDN && c.ClientTLS == nil {
 		return configError("ClientIdentity", "client certificate identity %q needs client TLS with a client CA", c.ClientIdentity)
 	}
-	return nil
+	// Last: a mistake in a setting is reported before the lack of one.
+	return c.checkPeerAuth()
 }
 
 // advertised is this member's peer address as the others know it.
