@@ -221,7 +221,21 @@ func TestPeerOtherEnsembleRefused(t *testing.T) {
 	}
 
 	// A whole member with the other secret, started to join, is not
-	// reachable for the leader: adding it cannot give it the data.
+	// added: it could never take part.
+	foreignMember, err := Start(Config{ID: "4", DataDir: t.TempDir(), ClientAddr: "127.0.0.1:0", PeerAddr: "127.0.0.1:0", Join: true,
+		PeerSecret: other, Logger: testkit.Logger("foreign")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer foreignMember.Close()
+	leader := c.waitLeader()
+	err = leader.applyChange(t.Context(), memberChange{add: []Peer{{ID: "4", Addr: foreignMember.PeerAddr()}}})
+	if !errors.Is(err, errBadChange) || !strings.Contains(err.Error(), "another ensemble") {
+		t.Fatalf("adding a member with another ensemble's secret: %v", err)
+	}
+	if n := len(leader.raft.GetConfiguration().Configuration().Servers); n != 3 {
+		t.Fatalf("%d members after refusing the foreign one", n)
+	}
 	testkit.WaitFor(t, 5*time.Second, "the refusals in the log", func() bool {
 		return linesWith(logs, "TLS handshake refused", "port=peer") >= 1
 	})

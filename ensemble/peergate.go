@@ -2,6 +2,7 @@ package ensemble
 
 import (
 	"crypto/tls"
+	"errors"
 	"log/slog"
 	"net"
 	"sync"
@@ -132,4 +133,17 @@ func (g *peerGate) count(reason string) {
 	if g != nil {
 		g.refused.WithLabelValues(reason).Inc()
 	}
+}
+
+// sameEnsemble refuses a member to be added whose peer credentials are not
+// this ensemble's: it could never take part, and as a voter it would
+// only lower how many failures the ensemble survives. One not reachable
+// yet passes, as before: it learns the log once it starts.
+func (m *Member) sameEnsemble(addr string) error {
+	_, err := m.pool.get(addr)
+	var verify *tls.CertificateVerificationError
+	if errors.As(err, &verify) {
+		return errors.New("holds credentials of another ensemble (another peer secret or CA); give it this ensemble's")
+	}
+	return nil
 }
