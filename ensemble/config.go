@@ -77,6 +77,14 @@ type Config struct {
 	// peer addresses as SANs and both the server and client auth key
 	// usages. Every member must use TLS, or none.
 	PeerTLS *tls.Config
+	// PeerSecret, when set, authenticates peers by a secret every member
+	// holds (32 bytes at least; see peerauth.go): mutual TLS against a CA
+	// derived from it. Excludes PeerTLS.
+	PeerSecret []byte
+	// InsecurePeers lets a member whose peer address is not loopback run
+	// without PeerTLS or PeerSecret: anyone who reaches its peer port can
+	// then act as a member. Without it such a member refuses to start.
+	InsecurePeers bool
 
 	MinSessionTimeout time.Duration // default 2 ticks (4s with ZooKeeper's 2s tick)
 	MaxSessionTimeout time.Duration // default 40s
@@ -164,6 +172,9 @@ type Config struct {
 	// commitTimeout overrides raft's CommitTimeout (tests: a long one shows
 	// that followers learn commits from the commit pusher).
 	commitTimeout time.Duration
+	// peerIdleTimeout and peerFrameTimeout override the member RPC
+	// deadlines (rpc.go) in tests.
+	peerIdleTimeout, peerFrameTimeout time.Duration
 	// legacyEntries makes the member behave, as to the log's format, like
 	// a version before group commit: it never proposes group entries and
 	// does not say it reads them (tests of the upgrade gate).
@@ -300,7 +311,8 @@ func (c *Config) setDefaults() error {
 	if c.ClientIdentity != CertIdentityDN && c.ClientTLS == nil {
 		return configError("ClientIdentity", "client certificate identity %q needs client TLS with a client CA", c.ClientIdentity)
 	}
-	return nil
+	// Last: a mistake in a setting is reported before the lack of one.
+	return c.checkPeerAuth()
 }
 
 // advertised is this member's peer address as the others know it.

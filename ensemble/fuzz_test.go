@@ -16,15 +16,17 @@ func FuzzReadRPC(f *testing.F) {
 	f.Add(appendRPC(nil, rpcTouch, 7, encodeIDs([]int64{1, 2})))
 	f.Add([]byte{0, 0, 0, 0})
 	f.Add([]byte{0xff, 0xff, 0xff, 0xff, 1})
+	// The bounds of the accepting side, the one a stranger may reach.
+	limit := rpcBounds{propose: 2 << 20}.limit
 	f.Fuzz(func(t *testing.T, b []byte) {
 		r := bufio.NewReader(bytes.NewReader(b))
 		for {
-			kind, id, payload, err := readRPC(r)
+			kind, id, payload, err := readRPC(r, limit)
 			if err != nil {
 				return
 			}
 			out := appendRPC(nil, kind, id, payload)
-			k2, id2, p2, err := readRPC(bufio.NewReader(bytes.NewReader(out)))
+			k2, id2, p2, err := readRPC(bufio.NewReader(bytes.NewReader(out)), limit)
 			if err != nil || k2 != kind || id2 != id || !bytes.Equal(p2, payload) {
 				t.Fatalf("round trip: %v %d/%d %d/%d", err, k2, kind, id2, id)
 			}

@@ -323,7 +323,7 @@ func TestGroupCommitRefusesOldMember(t *testing.T) {
 		return err == nil && c.Member(0).fsm.grouped.Load()
 	})
 	dir := t.TempDir()
-	oldm, err := Start(Config{ID: "old", DataDir: dir, ClientAddr: "127.0.0.1:0", PeerAddr: "127.0.0.1:0", Join: true,
+	oldm, err := Start(Config{ID: "old", DataDir: dir, ClientAddr: "127.0.0.1:0", PeerAddr: "127.0.0.1:0", Join: true, PeerSecret: c.cfgs[0].PeerSecret,
 		Logger: testkit.Logger("old"), HeartbeatTimeout: testkit.HeartbeatTimeout, ElectionTimeout: testkit.ElectionTimeout, legacyEntries: true})
 	if err != nil {
 		t.Fatal(err)

@@ -43,7 +43,7 @@ func startCluster(t *testing.T, n int, tweak ...func(*Config)) *cluster {
 // memberConfig is the config of the member s describes, with the kit's
 // timing, then the tweaks.
 func memberConfig(s testkit.MemberSpec, tweak []func(*Config)) Config {
-	cfg := Config{ID: s.ID, DataDir: s.DataDir, ClientAddr: s.ClientAddr, Logger: s.Logger,
+	cfg := Config{ID: s.ID, DataDir: s.DataDir, ClientAddr: s.ClientAddr, Logger: s.Logger, PeerSecret: s.PeerSecret,
 		MinSessionTimeout: testkit.MinSessionTimeout, HeartbeatTimeout: testkit.HeartbeatTimeout, ElectionTimeout: testkit.ElectionTimeout}
 	for _, p := range s.Peers {
 		cfg.Peers = append(cfg.Peers, Peer(p))

@@ -114,8 +114,18 @@ type proposal struct {
 // by one goroutine are committed in that order. A forwarded write is
 // committed when its wait returns, but may not be applied here yet; the
 // caller decides whether its reply must wait for that.
+//
+// A txn larger than a leader accepts from a follower fails here, alone,
+// rather than end the connection that other writes share.
 func (m *Member) submit(txn *tree.Txn) pending[proposal] {
-	return leaderCall(m, rpcPropose, txn.MarshalBinary,
+	encode := func() ([]byte, error) {
+		b, err := txn.MarshalBinary()
+		if limit := m.rpcBounds().propose; err == nil && len(b) > limit {
+			err = fmt.Errorf("%w: a write of %d bytes, %d at most", errFrameTooLarge, len(b), limit)
+		}
+		return b, err
+	}
+	return leaderCall(m, rpcPropose, encode,
 		func() pending[proposal] {
 			f, err := m.applyAsLeader(txn)
 			if err != nil {
@@ -158,15 +168,24 @@ func (m *Member) localReadIndex(context.Context) (int64, error) {
 
 // sendTouch relays session liveness to the leader (or records it here)
 // and returns the sessions the leader does not consider alive. Only
-// sessions with a connection here go (sessionowner.go).
+// sessions with a connection here go (sessionowner.go); a batch larger
+// than a leader accepts in one call goes in several.
 func (m *Member) sendTouch(ctx context.Context, ids []int64) ([]int64, error) {
-	if ids = m.clients.holding(ids); len(ids) == 0 {
-		return nil, nil
+	ids = m.clients.holding(ids)
+	var dead []int64
+	for len(ids) > 0 {
+		chunk := ids[:min(len(ids), maxTouchIDs)]
+		ids = ids[len(chunk):]
+		d, err := leaderCall(m, rpcTouch,
+			func() ([]byte, error) { return encodeIDs(chunk), nil },
+			func() pending[[]int64] { return answered(m.touchAll(chunk), nil) },
+			func(b []byte, _ time.Time) ([]int64, error) { return decodeIDs(b), nil })(ctx)
+		if err != nil {
+			return nil, err
+		}
+		dead = append(dead, d...)
 	}
-	return leaderCall(m, rpcTouch,
-		func() ([]byte, error) { return encodeIDs(ids), nil },
-		func() pending[[]int64] { return answered(m.touchAll(ids), nil) },
-		func(b []byte, _ time.Time) ([]int64, error) { return decodeIDs(b), nil })(ctx)
+	return dead, nil
 }
 
 func encodeIDs(ids []int64) []byte {
@@ -229,7 +248,7 @@ func (m *Member) servePeer(c net.Conn) {
 		c.Close()
 		return
 	}
-	serveRPC(&m.tr, c, func(kind byte, payload []byte) func() (byte, []byte) {
+	serveRPC(&m.tr, c, m.rpcBounds(), func(kind byte, payload []byte) func() (byte, []byte) {
 		h, ok := m.peer[kind]
 		if !ok {
 			return func() (byte, []byte) {
@@ -244,7 +263,19 @@ func (m *Member) servePeer(c net.Conn) {
 			}
 			return kind, b
 		}
-	})
+	}, func(err error) { m.gate.refuse(c, refusedFrame, "", err) })
+}
+
+// rpcBounds are the limits of the member RPCs this member serves.
+func (m *Member) rpcBounds() rpcBounds {
+	b := rpcBounds{propose: 2 * m.env.maxFrame, idle: defaultPeerIdle, frame: defaultPeerFrame}
+	if m.cfg.peerIdleTimeout > 0 {
+		b.idle = m.cfg.peerIdleTimeout
+	}
+	if m.cfg.peerFrameTimeout > 0 {
+		b.frame = m.cfg.peerFrameTimeout
+	}
+	return b
 }
 
 // leaderOnly refuses calls while this member does not lead.

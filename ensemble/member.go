@@ -47,6 +47,7 @@ type Member struct {
 	prop   *proposer // group commit, used while leading (group.go)
 	pool   peerPool
 	health *peerHealth          // which peers answer; the waiting line and status
+	gate   *peerGate            // who may use the peer port (peergate.go)
 	peer   map[byte]peerHandler // member RPCs served on the peer port
 
 	watch *watchManager
@@ -217,6 +218,12 @@ func (m *Member) PeerAddr() string { return m.mux.Addr().String() }
 
 // ID is the member's raft server id.
 func (m *Member) ID() string { return m.cfg.ID }
+
+// InsecurePeers reports whether the member runs its peer port without
+// authentication on an address beyond loopback (Config.InsecurePeers).
+func (m *Member) InsecurePeers() bool {
+	return m.cfg.PeerTLS == nil && m.cfg.PeerSecret == nil && !peersOnLoopback(m.cfg.PeerAddr, m.cfg.advertised())
+}
 
 // IsLeader reports whether this member currently leads.
 func (m *Member) IsLeader() bool { return m.raft.State() == raft.Leader }

@@ -170,6 +170,7 @@ func TestConfigErrors(t *testing.T) {
 		{Config{ID: "1", DataDir: "d", PeerAddr: "p:1", Pprof: true}, "Pprof", false},
 		{Config{ID: "1", DataDir: "d", PeerAddr: "p:1", ClientIdentity: CertIdentityO}, "ClientIdentity", false},
 		{Config{ID: "1", DataDir: "d", PeerAddr: "p:1", PeerTLS: &tls.Config{}}, "PeerTLS", false},
+		{Config{ID: "1", DataDir: "d", PeerAddr: "p:1"}, "InsecurePeers", false},
 	} {
 		err := c.cfg.setDefaults()
 		var ce *ConfigError
@@ -220,7 +221,7 @@ func TestLiveOnWildcardPort(t *testing.T) {
 // The status page's roots default to the supervisor's and must be
 // absolute znode paths.
 func TestConfigStatusRoots(t *testing.T) {
-	cfg := Config{ID: "1", DataDir: "d", PeerAddr: "p:1"}
+	cfg := Config{ID: "1", DataDir: "d", PeerAddr: "127.0.0.1:1"}
 	if err := cfg.setDefaults(); err != nil || cfg.StatusLockRoot != "/coordrun/locks" || cfg.StatusCronRoot != "/coordrun/cron" {
 		t.Errorf("defaults: %v, %q %q", err, cfg.StatusLockRoot, cfg.StatusCronRoot)
 	}

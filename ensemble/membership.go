@@ -120,6 +120,9 @@ func (m *Member) applyChange(ctx context.Context, ch memberChange) error {
 		timeout = time.Until(d)
 	}
 	for _, p := range ch.add {
+		if err := m.sameEnsemble(p.Addr); err != nil {
+			return fmt.Errorf("%w: member %s at %s %v", errBadChange, p.ID, p.Addr, err)
+		}
 		// A member that cannot read group entries would skip them and
 		// drift apart from the others. One not reachable yet is added
 		// anyway, as before: it learns the log once it starts.

@@ -30,7 +30,8 @@ type peerMux struct {
 	closed  chan struct{}
 	accepts acceptState // the accept loop's; Live reads it
 	once    sync.Once
-	tls     *peerTLS // dialing side of peer TLS; nil: plaintext
+	tls     *peerTLS  // dialing side of peer TLS; nil: plaintext
+	gate    *peerGate // checks who accepted streams come from; nil: none (tests' dial-only muxes)
 
 	// open holds the accepted connections not handed to raft: Close ends
 	// them, so that their goroutines end too (raft closes its own).
@@ -75,8 +76,15 @@ func (m *peerMux) serve() {
 
 func (m *peerMux) route(c net.Conn) {
 	var b [1]byte
+	// The stream byte comes within this time, the TLS handshake before
+	// it included.
 	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
 	if _, err := io.ReadFull(c, b[:]); err != nil {
+		m.release(c)
+		c.Close()
+		return
+	}
+	if (b[0] == streamRaft || b[0] == streamMember) && !m.admit(c) {
 		m.release(c)
 		c.Close()
 		return
@@ -97,6 +105,25 @@ func (m *peerMux) route(c net.Conn) {
 		m.release(c)
 		c.Close()
 	}
+}
+
+// admit says whether the member on the other end of an accepted stream
+// may use the peer port; a refusal is logged and counted here, once for
+// the connection.
+func (m *peerMux) admit(c net.Conn) bool {
+	if m.gate == nil || !m.gate.checkIDs {
+		return true
+	}
+	id := certID(c)
+	if !m.gate.admit(id, m.closed) {
+		select {
+		case <-m.closed:
+		default:
+			m.gate.refuse(c, refusedNotMember, id, nil)
+		}
+		return false
+	}
+	return true
 }
 
 // Accept implements net.Listener for raft.
@@ -133,13 +160,5 @@ func (m *peerMux) Addr() net.Addr {
 
 // Dial implements raft.StreamLayer.
 func (m *peerMux) Dial(addr raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
-	c, err := m.tls.dialTimeout(string(addr), timeout)
-	if err != nil {
-		return nil, err
-	}
-	if _, err := c.Write([]byte{streamRaft}); err != nil {
-		c.Close()
-		return nil, err
-	}
-	return c, nil
+	return m.tls.dialStream(string(addr), timeout, streamRaft)
 }

@@ -33,9 +33,19 @@ func (m *Member) startRaft() error {
 			return fmt.Errorf("peer listener: %w", err)
 		}
 	}
-	pt := newPeerTLS(cfg.PeerTLS)
-	m.mux = newPeerMux(&m.tr, pt.listener(ln, m.log), m.servePeer, m.log)
-	m.mux.tls, m.pool.tls, m.pool.tr = pt, pt, &m.tr
+	peerCfg := cfg.PeerTLS
+	if cfg.PeerSecret != nil {
+		var err error
+		if peerCfg, err = secretTLSConfig(cfg.PeerSecret, cfg.ID, time.Now); err != nil {
+			ln.Close()
+			return err
+		}
+	}
+	pt := newPeerTLS(peerCfg)
+	m.gate = newPeerGate(m.log, m.metrics.reg, cfg.PeerSecret != nil)
+	m.mux = newPeerMux(&m.tr, pt.listener(ln, m.log, m.gate), m.servePeer, m.log)
+	m.mux.tls, m.mux.gate, m.pool.tls, m.pool.tr = pt, m.gate, pt, &m.tr
+	m.logPeerAuth()
 	explicitPeers := len(cfg.Peers) > 0
 	if len(cfg.Peers) == 0 {
 		// A single member: it advertises where it actually listens.
@@ -131,6 +141,7 @@ func (m *Member) startRaft() error {
 		}
 	}
 	m.raft = r
+	m.gate.setRaft(r)
 	m.push.raft.Store(r)
 	m.prop = newProposer(r, m.stats.grouped)
 	m.tr.Go(func() { m.prop.runForm(m.ctx) })

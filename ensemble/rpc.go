@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -33,7 +34,57 @@ const (
 	rpcLegacyBadChange byte = 6
 )
 
+// maxRPCFrame bounds a reply read from a member this one dialed (the
+// status of a large ensemble, the outcome of a large multi).
 const maxRPCFrame = 64 << 20
+
+// maxTouchIDs is the most session ids one rpcTouch carries; a relay with
+// more sends several.
+const maxTouchIDs = 1 << 16
+
+// rpcBounds are what a member accepts on a member RPC connection: the
+// largest payload of each kind of call, checked before the payload is
+// allocated, and how long the connection may wait.
+type rpcBounds struct {
+	// propose bounds a forwarded txn: the client frame it was planned
+	// from, and as much again for the identities it carries.
+	propose int
+	// idle is how long a connection may carry no call at all. Members
+	// keep one connection to each peer they call and drop it themselves
+	// after poolIdle, well before this.
+	idle time.Duration
+	// frame is how long the rest of a frame may take once its first
+	// byte arrived.
+	frame time.Duration
+}
+
+const (
+	defaultPeerIdle  = 10 * time.Minute
+	defaultPeerFrame = 30 * time.Second
+	// poolIdle: a pooled connection unused this long is redialed rather
+	// than used, so that a call never races the acceptor's idle close.
+	poolIdle = 2 * time.Minute
+)
+
+// limit is the largest payload a call of kind may have.
+func (b rpcBounds) limit(kind byte) int {
+	switch kind {
+	case rpcPropose:
+		return b.propose
+	case rpcTouch:
+		return 8 * maxTouchIDs
+	case rpcReconfig:
+		return 64 << 10
+	default: // status, read index: no payload; unknown kinds get an error
+		return 64
+	}
+}
+
+// errFrameTooLarge: a member RPC frame over its kind's bound.
+var errFrameTooLarge = errors.New("member rpc frame too large")
+
+// anyFrame is the bound of replies: maxRPCFrame whatever the kind.
+func anyFrame(byte) int { return maxRPCFrame }
 
 var errPeerGone = errors.New("member connection lost")
 
@@ -183,17 +234,22 @@ func (fw *frameWriter) send(kind byte, id uint64, payload []byte) error {
 	return nil
 }
 
-func readRPC(r *bufio.Reader) (kind byte, id uint64, payload []byte, err error) {
+// readRPC reads one frame whose payload limit allows for its kind; a
+// larger one is refused before anything is allocated for it.
+func readRPC(r *bufio.Reader, limit func(kind byte) int) (kind byte, id uint64, payload []byte, err error) {
 	var hdr [13]byte
 	if _, err = io.ReadFull(r, hdr[:]); err != nil {
 		return
 	}
 	n := binary.BigEndian.Uint32(hdr[:4])
-	if n < 9 || n > maxRPCFrame {
+	if n < 9 {
 		return 0, 0, nil, fmt.Errorf("member rpc frame of %d bytes", n)
 	}
 	kind = hdr[4]
 	id = binary.BigEndian.Uint64(hdr[5:])
+	if n > maxRPCFrame || int(n-9) > limit(kind) {
+		return kind, id, nil, fmt.Errorf("%w: kind %d with %d bytes, %d at most", errFrameTooLarge, kind, n-9, limit(kind))
+	}
 	payload = make([]byte, n-9)
 	_, err = io.ReadFull(r, payload)
 	return
@@ -205,16 +261,29 @@ func readRPC(r *bufio.Reader) (kind byte, id uint64, payload []byte, err error) 
 // own goroutine and gives the reply kind and payload.
 type rpcHandler func(kind byte, payload []byte) func() (byte, []byte)
 
-// serveRPC answers the calls arriving on c until it fails; its goroutines
-// are started through tr.
-func serveRPC(tr *tracker, c net.Conn, h rpcHandler) {
+// serveRPC answers the calls arriving on c until it fails, within bounds
+// b; a frame over its bound ends the connection and is told to refused.
+// Its goroutines are started through tr.
+func serveRPC(tr *tracker, c net.Conn, b rpcBounds, h rpcHandler, refused func(error)) {
 	defer c.Close()
 	stop := make(chan struct{})
 	defer close(stop)
 	r := bufio.NewReaderSize(c, 64<<10)
 	w := newFrameWriter(tr, c, stop, func(error) { c.Close() })
 	for {
-		kind, id, payload, err := readRPC(r)
+		// Idle between calls for up to b.idle; once a frame has begun,
+		// all of it within b.frame: a peer cannot hold a half-sent frame.
+		if r.Buffered() == 0 {
+			_ = c.SetReadDeadline(time.Now().Add(b.idle))
+			if _, err := r.Peek(1); err != nil {
+				return
+			}
+		}
+		_ = c.SetReadDeadline(time.Now().Add(b.frame))
+		kind, id, payload, err := readRPC(r, b.limit)
+		if errors.Is(err, errFrameTooLarge) {
+			refused(err)
+		}
 		if err != nil {
 			return
 		}
@@ -242,23 +311,18 @@ type rpcConn struct {
 	nextID  uint64
 	pending map[uint64]chan rpcResult
 	err     error
+	used    atomic.Int64 // unix ns of the last call started
 }
 
 // dialRPC connects to a peer's member RPCs; the connection's goroutines
 // are started through tr.
 func dialRPC(tr *tracker, addr string, timeout time.Duration, pt *peerTLS) (*rpcConn, error) {
-	c, err := pt.dialTimeout(addr, timeout)
+	c, err := pt.dialStream(addr, timeout, streamMember)
 	if err != nil {
 		return nil, err
 	}
-	if tc, ok := c.(*net.TCPConn); ok {
-		_ = tc.SetNoDelay(true)
-	}
-	if _, err := c.Write([]byte{streamMember}); err != nil {
-		c.Close()
-		return nil, err
-	}
 	rc := &rpcConn{c: c, stop: make(chan struct{}), pending: map[uint64]chan rpcResult{}}
+	rc.used.Store(time.Now().UnixNano())
 	rc.w = newFrameWriter(tr, c, rc.stop, rc.fail)
 	tr.Go(rc.readLoop)
 	return rc, nil
@@ -267,7 +331,7 @@ func dialRPC(tr *tracker, addr string, timeout time.Duration, pt *peerTLS) (*rpc
 func (rc *rpcConn) readLoop() {
 	r := bufio.NewReaderSize(rc.c, 64<<10)
 	for {
-		kind, id, payload, err := readRPC(r)
+		kind, id, payload, err := readRPC(r, anyFrame)
 		if err != nil {
 			rc.fail(err)
 			return
@@ -303,6 +367,14 @@ func (rc *rpcConn) broken() bool {
 	return rc.err != nil
 }
 
+// idle reports whether no call was started for d and none is pending:
+// the acceptor may be about to close the connection for idleness.
+func (rc *rpcConn) idle(now time.Time, d time.Duration) bool {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	return len(rc.pending) == 0 && now.Sub(time.Unix(0, rc.used.Load())) > d
+}
+
 // start sends a call and returns the channel its result arrives on. Calls
 // started from one goroutine reach the peer in the order started.
 func (rc *rpcConn) start(kind byte, payload []byte) <-chan rpcResult {
@@ -314,6 +386,7 @@ func (rc *rpcConn) start(kind byte, payload []byte) <-chan rpcResult {
 		ch <- rpcResult{err: err}
 		return ch
 	}
+	rc.used.Store(time.Now().UnixNano())
 	rc.nextID++
 	id := rc.nextID
 	rc.pending[id] = ch
@@ -370,8 +443,11 @@ func (p *peerPool) get(addr string) (*rpcConn, error) {
 		return nil, errPoolClosed
 	}
 	if c := p.conns[addr]; c != nil && !c.broken() {
-		p.mu.Unlock()
-		return c, nil
+		if !c.idle(time.Now(), poolIdle) {
+			p.mu.Unlock()
+			return c, nil
+		}
+		c.Close()
 	}
 	if d := p.dialing[addr]; d != nil {
 		p.mu.Unlock()

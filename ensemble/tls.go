@@ -109,7 +109,7 @@ func newPeerTLS(base *tls.Config) *peerTLS {
 
 // listener wraps the raw peer listener, before connections are routed, and
 // notes the address it listens on for the dialing side.
-func (p *peerTLS) listener(ln net.Listener, log *slog.Logger) net.Listener {
+func (p *peerTLS) listener(ln net.Listener, log *slog.Logger, gate *peerGate) net.Listener {
 	if p == nil {
 		return ln
 	}
@@ -119,7 +119,7 @@ func (p *peerTLS) listener(ln net.Listener, log *slog.Logger) net.Listener {
 	if p.accept == nil {
 		return ln
 	}
-	return &tlsListener{Listener: ln, cfg: p.accept, log: log, port: "peer"}
+	return &tlsListener{Listener: ln, cfg: p.accept, log: log, port: "peer", refusedBy: gate}
 }
 
 // dialTimeout connects to another member's peer port. With TLS the
@@ -138,6 +138,22 @@ func (p *peerTLS) dialTimeout(addr string, timeout time.Duration) (net.Conn, err
 	return d.Dial("tcp", addr)
 }
 
+// dialStream connects to another member's peer port and opens a stream
+// of the given kind: the stream byte, inside TLS when it is on.
+func (p *peerTLS) dialStream(addr string, timeout time.Duration, stream byte) (net.Conn, error) {
+	c, err := p.dialTimeout(addr, timeout)
+	if err != nil {
+		return nil, err
+	}
+	_ = c.SetWriteDeadline(time.Now().Add(timeout))
+	if _, err := c.Write([]byte{stream}); err != nil {
+		c.Close()
+		return nil, err
+	}
+	_ = c.SetWriteDeadline(time.Time{})
+	return c, nil
+}
+
 // tlsListener is tls.NewListener that logs why a handshake failed: an
 // operator needs to see a member or client refused for its certificate.
 // Accept does not handshake (that would stall the accept loop); the
@@ -147,6 +163,8 @@ type tlsListener struct {
 	cfg  *tls.Config
 	log  *slog.Logger
 	port string // "client" or "peer", for the log
+	// refusedBy counts refused handshakes on the peer port; nil elsewhere.
+	refusedBy *peerGate
 }
 
 func (l *tlsListener) Accept() (net.Conn, error) {
@@ -211,5 +229,8 @@ func (l *tlsListener) refused(c *tls.Conn, err error) {
 		l.log.Warn("connection closed inside its first TLS record (plaintext?)", "port", l.port, "remote", remote)
 	default:
 		l.log.Warn("TLS handshake refused", "port", l.port, "remote", remote, "err", err)
+	}
+	if !errors.Is(err, io.EOF) && !errors.Is(err, syscall.ECONNRESET) {
+		l.refusedBy.count(refusedHandshake)
 	}
 }

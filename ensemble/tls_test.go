@@ -62,6 +62,7 @@ func TestTLSEnsemble(t *testing.T) {
 			Certificates: []tls.Certificate{peerCA.Issue(t, testkit.Loopback("member "+cfg.ID))},
 			RootCAs:      peerCA.Pool,
 		}
+		cfg.PeerSecret = nil
 		cfg.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})).With("m", cfg.ID)
 	})
 	t.Cleanup(func() {

@@ -18,6 +18,14 @@ var _ statuspage.Source = pageSource{}
 
 func (s pageSource) ID() string { return s.m.cfg.ID }
 
+// Warning is the page's banner for a member running its peer port open.
+func (s pageSource) Warning() string {
+	if s.m.InsecurePeers() {
+		return "The peer port is unauthenticated (--insecure-peers): anyone who reaches " + s.m.cfg.PeerAddr + " can act as a member."
+	}
+	return ""
+}
+
 func (s pageSource) Ensemble(ctx context.Context) []statuspage.MemberReport {
 	st := s.m.ensembleStatus(ctx)
 	out := make([]statuspage.MemberReport, 0, len(st.Members))

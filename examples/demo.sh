@@ -32,11 +32,12 @@ start_member() {
   local i=$1
   "$BIN" server --id "$i" --data-dir "$DIR/m$i" \
     --client-addr "127.0.0.1:$((BASE+i))" --peer-addr "127.0.0.1:$((BASE+9+i))" \
-    --peers "$PEERS" --log-level warn 2>>"$DIR/m$i.log" &
+    --peers "$PEERS" --peer-secret-file "$DIR/peer-secret" --log-level warn 2>>"$DIR/m$i.log" &
   MEMBER[$i]=$!
 }
 
-say "starting a 3-member ensemble in $DIR"
+say "starting a 3-member ensemble in $DIR, its members sharing a new secret"
+(umask 077; "$BIN" ensemble secret > "$DIR/peer-secret")
 for i in 1 2 3; do start_member "$i"; done
 "$BIN" ensemble status --servers "$SERVERS" --wait 30s
 

@@ -119,4 +119,3 @@ func checkTiming(c ConnOptions, j JobOptions) error {
 	}
 	return nil
 }
-

@@ -19,7 +19,7 @@ func newEnsembleCommand() *cobra.Command {
 		Use:   "ensemble",
 		Short: "Inspect and manage the ensemble",
 	}
-	cmd.AddCommand(newEnsembleStatusCommand(), newEnsembleAddCommand(), newEnsembleRemoveCommand(), newEnsembleSnapshotCommand(), newEnsembleSuperDigestCommand())
+	cmd.AddCommand(newEnsembleStatusCommand(), newEnsembleAddCommand(), newEnsembleRemoveCommand(), newEnsembleSnapshotCommand(), newEnsembleSuperDigestCommand(), newEnsembleSecretCommand())
 	return cmd
 }
 

@@ -26,9 +26,11 @@ the same --peers list. A member restarted on an existing data dir resumes
 from it; --peers only matters the first time.
 
   coordrun server --dev
+  coordrun ensemble secret > peer-secret; chmod 600 peer-secret  # once, copied to every member
   coordrun server --id 1 --data-dir /var/lib/coordrun \
       --client-addr :2181 --peer-addr 10.0.0.1:2888 \
-      --peers 1=10.0.0.1:2888,2=10.0.0.2:2888,3=10.0.0.3:2888`,
+      --peers 1=10.0.0.1:2888,2=10.0.0.2:2888,3=10.0.0.3:2888 \
+      --peer-secret-file peer-secret`,
 		Args: cobra.NoArgs,
 		RunE: runServer,
 	}
@@ -63,6 +65,8 @@ from it; --peers only matters the first time.
 	f.String("log-format", "text", "log format on stderr: text or json")
 	f.String("log-level", "info", "log level: debug, info, warn, error")
 	addServerTLSFlags(f)
+	f.String("peer-secret-file", "", "file holding the ensemble secret that authenticates members to each other (create it with: coordrun ensemble secret > FILE; chmod 600 FILE); every member needs the same one")
+	f.Bool("insecure-peers", false, "run the peer port without --peer-secret-file or --peer-tls-* on a non-loopback address: anyone who reaches it can act as a member (firewall it)")
 	f.String("tls-client-identity", string(ensemble.CertIdentityDN), "what of a client certificate verified by --tls-client-ca becomes its x509 identity for ACLs: "+
 		"dn (the subject DN, as ZooKeeper), san-dns, san-uri, san-email, san-ip (each SAN of that type), cn, o, ou (each value of that subject attribute, as O=ops)")
 	return cmd
@@ -174,6 +178,15 @@ func runServer(cmd *cobra.Command, _ []string) error {
 	if cfg.ClientIdentity, err = clientIdentity(v); err != nil {
 		return err
 	}
+	if path := v.GetString("peer-secret-file"); path != "" {
+		if cfg.PeerTLS != nil {
+			return usageError{errors.New("--peer-secret-file and --peer-tls-* exclude each other: choose one way to authenticate members")}
+		}
+		if cfg.PeerSecret, err = ensemble.ReadPeerSecretFile(path); err != nil {
+			return usageError{fmt.Errorf("--peer-secret-file: %w", err)}
+		}
+	}
+	cfg.InsecurePeers = v.GetBool("insecure-peers")
 	cfg.StoreCheck = checkStoreInChild
 	warnReadableSecret(log, v.ConfigFileUsed(), v.InConfig("super-digest"))
 	m, err := ensemble.Start(cfg)

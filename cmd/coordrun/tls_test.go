@@ -113,6 +113,7 @@ func TestTLSPeers(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.Args = testkit.RaftFlags()
+	e.SecretFile = "" // peer TLS instead
 	for i := 0; i < 3; i++ {
 		cert, key := tlsIssue(t, ca, fmt.Sprintf("member%d", i+1))
 		pcert, pkey := tlsIssue(t, peerCA, fmt.Sprintf("peer%d", i+1))

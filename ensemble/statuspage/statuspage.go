@@ -189,7 +189,13 @@ type State struct {
 	Charts     []Sample     `json:"charts"`
 	Locks      LocksView    `json:"locks"`
 	Cron       CronView     `json:"cron"`
+	// Warning is a standing warning about the member's setup, shown as a
+	// banner (a Source that is a Warner gives it).
+	Warning string `json:"warning,omitempty"`
 }
+
+// Warner is a Source that may have a standing warning for the page.
+type Warner interface{ Warning() string }
 
 // ensembleWait bounds how long a state waits for the other members'
 // reports; one that has not answered by then is shown unreachable.
@@ -204,6 +210,9 @@ func (s *Server) ensemble(ctx context.Context) EnsembleView {
 // state builds the State; its ServerTime is left zero.
 func (s *Server) state(ctx context.Context) State {
 	st := State{Member: s.src.ID(), Ensemble: s.ensemble(ctx), Charts: s.samples.all(s.o.Now(), s.src.Counters())}
+	if w, ok := s.src.(Warner); ok {
+		st.Warning = w.Warning()
+	}
 	var locks []lockRaw
 	var jobs []jobRaw
 	var lerr, cerr error

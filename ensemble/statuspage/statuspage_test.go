@@ -438,3 +438,21 @@ func TestNextFiring(t *testing.T) {
 		}
 	}
 }
+
+// warnedSource is a fake member with a standing warning.
+type warnedSource struct{ *fakeSource }
+
+func (warnedSource) Warning() string { return "The peer port is unauthenticated <sic>" }
+
+// TestPageWarning: a Source's standing warning is one banner on the page,
+// escaped; without one there is none.
+func TestPageWarning(t *testing.T) {
+	opts := Options{Now: func() time.Time { return fixedNow }}
+	body := get(t, New(warnedSource{newFakeSource()}, opts).Handler(), "/").Body.String()
+	if n := strings.Count(body, `role="alert"`); n != 1 || !strings.Contains(body, "unauthenticated &lt;sic&gt;") {
+		t.Fatalf("%d banners; page:\n%s", n, body)
+	}
+	if body := get(t, New(newFakeSource(), opts).Handler(), "/").Body.String(); strings.Contains(body, `role="alert"`) {
+		t.Fatal("a banner without a warning")
+	}
+}

@@ -128,7 +128,11 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	// address: the per-address cap would count them all as one host, and
 	// connections the proxy holds silent until their session ends would
 	// count against the rest.
-	c.layout = testkit.ProcessEnsemble{Bin: c.bin, Args: append([]string{"--min-session-timeout", "2s", "--log-level", "warn", "--max-client-conns", "0"}, cfg.Args...)}
+	secret, err := testkit.WriteSecretFile(cfg.Dir)
+	if err != nil {
+		return nil, err
+	}
+	c.layout = testkit.ProcessEnsemble{Bin: c.bin, Args: append([]string{"--min-session-timeout", "2s", "--log-level", "warn", "--max-client-conns", "0"}, cfg.Args...), SecretFile: secret}
 	sockDir, err := os.MkdirTemp("", "chaos")
 	if err != nil {
 		c.Close()

@@ -2,6 +2,7 @@ package testkit
 
 import (
 	"context"
+	"crypto/rand"
 	"fmt"
 	"io"
 	"log/slog"
@@ -63,6 +64,10 @@ type MemberSpec struct {
 	ClientAddr, PeerAddr         string
 	Peers                        []Peer
 	Logger                       *slog.Logger
+	// PeerSecret is the ensemble secret every member of the cluster
+	// shares, fresh for each cluster: tests run with peers authenticated,
+	// as members in production do.
+	PeerSecret []byte
 }
 
 // ClusterConfig describes an in-process ensemble.
@@ -142,6 +147,10 @@ func launch[M Member](cfg ClusterConfig[M]) (*Cluster[M], error) {
 	n := cfg.Members
 	c := &Cluster[M]{cfg: cfg, member: make([]M, n), up: make([]bool, n)}
 	var peers []Peer
+	secret := make([]byte, 32)
+	if _, err := rand.Read(secret); err != nil {
+		return nil, err
+	}
 	for i := 0; i < n; i++ {
 		pl, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
@@ -163,7 +172,7 @@ func launch[M Member](cfg ClusterConfig[M]) (*Cluster[M], error) {
 			return nil, err
 		}
 		c.specs = append(c.specs, MemberSpec{Index: i, ID: id, DataDir: dir, PeerListener: pl, ClientListener: cl,
-			ClientAddr: cl.Addr().String(), PeerAddr: pl.Addr().String(), Logger: Logger("m" + id)})
+			ClientAddr: cl.Addr().String(), PeerAddr: pl.Addr().String(), Logger: Logger("m" + id), PeerSecret: secret})
 		peers = append(peers, Peer{ID: id, Addr: pl.Addr().String()})
 	}
 	for i := range c.specs {

@@ -1,6 +1,8 @@
 package testkit
 
 import (
+	"crypto/rand"
+	"encoding/base64"
 	"fmt"
 	"io"
 	"os"
@@ -144,16 +146,38 @@ type ProcessEnsemble struct {
 	// front of it, say); nil means PeerAddrs.
 	PeerDial []string
 	Args     []string // flags of every member, after the layout's own
+	// SecretFile is the ensemble secret every member reads
+	// (--peer-secret-file); "" runs the peer port without one.
+	SecretFile string
+}
+
+// WriteSecretFile writes a fresh ensemble secret, as `coordrun ensemble
+// secret` prints it, to dir/peer-secret with mode 0600 and returns its
+// path.
+func WriteSecretFile(dir string) (string, error) {
+	b := make([]byte, 32)
+	if _, err := rand.Read(b); err != nil {
+		return "", err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	path := filepath.Join(dir, "peer-secret")
+	return path, os.WriteFile(path, []byte(base64.StdEncoding.EncodeToString(b)+"\n"), 0o600)
 }
 
 // NewProcessEnsemble lays out n members of bin on free addresses of ip,
-// with data dirs dir/member-<id>.
+// with data dirs dir/member-<id>, sharing a new secret in dir.
 func NewProcessEnsemble(bin, ip, dir string, n int) (*ProcessEnsemble, error) {
 	addrs, err := FindFreeAddrs(ip, 2*n)
 	if err != nil {
 		return nil, err
 	}
-	e := &ProcessEnsemble{Bin: bin, ClientAddrs: addrs[:n], PeerAddrs: addrs[n:]}
+	secret, err := WriteSecretFile(dir)
+	if err != nil {
+		return nil, err
+	}
+	e := &ProcessEnsemble{Bin: bin, ClientAddrs: addrs[:n], PeerAddrs: addrs[n:], SecretFile: secret}
 	for i := 0; i < n; i++ {
 		e.Dirs = append(e.Dirs, filepath.Join(dir, fmt.Sprintf("member-%d", i+1)))
 	}
@@ -185,6 +209,9 @@ func (e *ProcessEnsemble) PeersFlag() string {
 func (e *ProcessEnsemble) ServerArgs(i int, extra ...string) []string {
 	args := []string{"server", "--id", fmt.Sprint(i + 1), "--data-dir", e.Dirs[i],
 		"--client-addr", e.ClientAddrs[i], "--peer-addr", e.PeerAddrs[i], "--peers", e.PeersFlag()}
+	if e.SecretFile != "" {
+		args = append(args, "--peer-secret-file", e.SecretFile)
+	}
 	return append(append(args, e.Args...), extra...)
 }
 

@@ -489,8 +489,12 @@ scenario_template() {
   hosts_file
   ct systemctl stop coordrun-server 2>/dev/null || true
   local i peers="1=127.0.0.1:2981,2=127.0.0.1:2982,3=127.0.0.1:2983" servers="127.0.0.1:2281,127.0.0.1:2282,127.0.0.1:2283"
+  # The members authenticate each other with a shared secret, as the
+  # packaged config shows.
+  ct sh -c 'umask 077; coordrun ensemble secret > /etc/coordrun/peer-secret && chown coordrun: /etc/coordrun/peer-secret' ||
+    fail "coordrun ensemble secret"
   for i in 1 2 3; do
-    printf 'id: "%s"\ndata-dir: /var/lib/coordrun/m%s\nclient-addr: 127.0.0.1:228%s\npeer-addr: 127.0.0.1:298%s\npeers: %s\n' \
+    printf 'id: "%s"\ndata-dir: /var/lib/coordrun/m%s\nclient-addr: 127.0.0.1:228%s\npeer-addr: 127.0.0.1:298%s\npeers: %s\npeer-secret-file: /etc/coordrun/peer-secret\n' \
       "$i" "$i" "$i" "$i" "$peers" | ct tee "/etc/coordrun/m$i.yaml" >/dev/null
   done
   mark
@@ -540,7 +544,7 @@ scenario_template() {
   st=$(ct coordrun ensemble status --servers "$servers" --wait 60s 2>&1) || fail "ensemble status --wait after the restart: $st"
   show "started again: active after $(since "$t")s, the three healthy:" "$st"
   ct systemctl stop coordrun-server@m1 coordrun-server@m2 coordrun-server@m3
-  ct rm -f /etc/coordrun/m1.yaml /etc/coordrun/m2.yaml /etc/coordrun/m3.yaml
+  ct rm -f /etc/coordrun/m1.yaml /etc/coordrun/m2.yaml /etc/coordrun/m3.yaml /etc/coordrun/peer-secret
 }
 
 # nightly: the shipped nightly.service and nightly.timer example, as two

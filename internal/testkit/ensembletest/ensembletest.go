@@ -55,6 +55,7 @@ func memberConfig(s testkit.MemberSpec) ensemble.Config {
 		HeartbeatTimeout:  testkit.HeartbeatTimeout,
 		ElectionTimeout:   testkit.ElectionTimeout,
 		Logger:            s.Logger,
+		PeerSecret:        s.PeerSecret,
 	}
 	for _, p := range s.Peers {
 		cfg.Peers = append(cfg.Peers, ensemble.Peer(p))
