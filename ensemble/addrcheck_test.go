@@ -18,7 +18,7 @@ import (
 // warning: a proxy or port mapping may forward the entry.
 func TestPeerAddrUnlikeEntryWarns(t *testing.T) {
 	var buf testkit.SyncBuffer
-	cfg := Config{ID: "1", DataDir: t.TempDir(), ClientAddr: ":2181", PeerAddr: "10.0.0.1:2889",
+	cfg := Config{ID: "1", DataDir: t.TempDir(), ClientAddr: ":2181", PeerAddr: "10.0.0.1:2889", InsecurePeers: true,
 		Peers: []Peer{{ID: "1", Addr: "10.0.0.1:2888"}}, Logger: slog.New(slog.NewTextHandler(&buf, nil))}
 	if err := cfg.setDefaults(); err != nil {
 		t.Fatal(err)
@@ -46,7 +46,7 @@ func TestCheckAddrs(t *testing.T) {
 		{name: "client without port", client: "127.0.0.1", peer: "10.0.0.1:2888", peers: peers, wantErr: `client address "127.0.0.1": want host:port`},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			cfg := Config{ID: "1", DataDir: t.TempDir(), ClientAddr: c.client, PeerAddr: c.peer, Peers: c.peers}
+			cfg := Config{ID: "1", DataDir: t.TempDir(), ClientAddr: c.client, PeerAddr: c.peer, Peers: c.peers, InsecurePeers: true}
 			err := cfg.setDefaults()
 			switch {
 			case c.wantErr == "" && err != nil:
