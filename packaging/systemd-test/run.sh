@@ -761,7 +761,10 @@ scenario_hardening() {
     sleep 1
   done
   journal_has coordrun-server 'systemd watchdog enabled' || fail "the member did not see the watchdog"
-  journal_has coordrun-server 'level=(ERROR|WARN)' && fail "warnings under the shipped hardening: $(journal coordrun-server | grep -m 3 -E 'level=(ERROR|WARN)')"
+  # The one warning asked for: uid 65534's refused snapshot above.
+  local warnings
+  warnings=$(journal coordrun-server | grep -E 'level=(ERROR|WARN)' | grep -v 'snapshot refused: the client is not the super user' || true)
+  [ -z "$warnings" ] || fail "warnings under the shipped hardening: $(head -3 <<<"$warnings")"
   show "12s with WatchdogSec=4s: same pid, no warnings"
   ct rm -r /run/systemd/system/coordrun-server.service.d
   ct systemctl daemon-reload
