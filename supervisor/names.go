@@ -3,7 +3,8 @@ package supervisor
 import (
 	"fmt"
 	"strings"
-	"unicode/utf8"
+
+	"github.com/coordrun/coordrun/ensemble/tree"
 )
 
 // Limits of the names coordrun puts into the store. A lock or job name
@@ -72,13 +73,11 @@ func checkRoot(kind, s string) error {
 	return nil
 }
 
-// badRune finds the first character ZooKeeper refuses in a path: invalid
-// UTF-8, control characters, U+007F–U+009F, U+D800–U+F8FF, U+FFF0 and
-// above (code points past U+FFFF are surrogate pairs in Java).
+// badRune finds the first character ZooKeeper refuses in a path
+// (tree.PathRune's rule, so that a name works on every store).
 func badRune(s string) (int, rune) {
 	for i, r := range s {
-		if r == utf8.RuneError || r <= 0x1f || (r >= 0x7f && r <= 0x9f) ||
-			(r >= 0xd800 && r <= 0xf8ff) || r >= 0xfff0 {
+		if !tree.PathRune(r) {
 			return i, r
 		}
 	}

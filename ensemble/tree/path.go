@@ -36,6 +36,15 @@ func ValidatePath(path string, sequential bool) error {
 	return validatePath(path)
 }
 
+// PathRune reports whether ZooKeeper's PathUtils accepts r beyond ASCII,
+// or r as a character of a name when r is ASCII: no control characters,
+// nothing from U+007F to U+009F, U+D800 to U+F8FF (surrogates and private
+// use) or U+FFF0 up (a code point above U+FFFF is a surrogate pair in
+// Java), and not the U+FFFD that invalid UTF-8 decodes to.
+func PathRune(r rune) bool {
+	return r > 0x1f && (r < 0x7f || r > 0x9f) && (r < 0xd800 || r > 0xf8ff) && r < 0xfff0
+}
+
 func validatePath(p string) error {
 	if p == "" {
 		return pathError(p, "path length must be > 0")
@@ -71,7 +80,7 @@ func validatePath(p string) error {
 			continue
 		}
 		r, size := utf8.DecodeRuneInString(p[i:])
-		if r <= 0x9f || (r >= 0xd800 && r <= 0xf8ff) || r >= 0xfff0 {
+		if !PathRune(r) {
 			return pathError(p, fmt.Sprintf("invalid character @%d", i))
 		}
 		i += size
