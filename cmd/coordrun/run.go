@@ -96,6 +96,10 @@ func runRun(cmd *cobra.Command, args []string) error {
 	if opts.Name == "" {
 		opts.Name = supervisor.DefaultName(args, shell)
 	}
+	// Checked before the name is echoed: a bad one is said once, cut short.
+	if err := opts.Validate(); err != nil {
+		return usageError{err}
+	}
 	if !v.GetBool("quiet") {
 		fmt.Fprintf(cmd.ErrOrStderr(), "coordrun: lock %q\n", opts.Name)
 	}
