@@ -345,6 +345,14 @@ func (c *conn) start(hdr wire.RequestHeader, d *wire.Decoder) (slot, error) {
 	return slot{closeAfter: true, finish: func() []byte { return zk.ErrorReply(xid, h.lastZxid(), wire.ErrUnimplemented) }}, nil
 }
 
+// carryAllAuth is how many identities a write's transaction may carry
+// without being trimmed to what its apply needs (zk.NeededAuth): real
+// clients hold one to three, and for them the read lock the trim takes is
+// not worth the few bytes it saves. Past it, an entry carries only the
+// identities its apply can consult, so the identity cap bounds no entry's
+// size.
+const carryAllAuth = 4
+
 // startWrite plans a write and hands it to raft; the slot waits for its
 // outcome. A write that cannot succeed is answered without raft.
 func (c *conn) startWrite(req *zk.Request) slot {
@@ -355,6 +363,11 @@ func (c *conn) startWrite(req *zk.Request) slot {
 	if plan.Txn == nil {
 		zxid := h.lastZxid()
 		return slot{finish: func() []byte { return plan.Answer(xid, zxid) }}
+	}
+	if len(plan.Txn.Auth) > carryAllAuth {
+		h.view(func(t *tree.Tree, _ int64) {
+			plan.Txn.Auth = zk.NeededAuth(plan.Txn.Ops, plan.Txn.Auth, t.CheckedACL)
+		})
 	}
 	planned := time.Now()
 	stats.stage(stageDecode, planned.Sub(c.readAt))

@@ -189,11 +189,10 @@ func isTimeout(err error) bool {
 }
 
 // One connection's identities are a set with a cap: duplicates do not
-// count, the identity past zk.MaxIdentities is AuthFailed and ends the
-// connection, and so a write carries at most the cap's worth of
-// identities however many a client sends: its raft entry is the same
-// whether the client sent a hundred thousand auth packets or stopped at
-// the cap.
+// count, and the identity past zk.MaxIdentities is AuthFailed and ends the
+// connection. A write carries only the identities its ACL checks need, so
+// a 1-byte setData from a connection at the cap is no larger in the log
+// than one from a plain connection.
 func TestAuthIdentitiesBounded(t *testing.T) {
 	c := startCluster(t, 1, func(cfg *Config) { cfg.AdminAddr = "127.0.0.1:0" })
 	m := c.waitLeader()
@@ -204,10 +203,10 @@ func TestAuthIdentitiesBounded(t *testing.T) {
 	}
 	// entryBytes is the size of the raft entries a 1-byte setData from
 	// rc adds to the leader's log.
-	entryBytes := func(rc *rawClient) int {
+	entryBytes := func(rc *rawClient, path string) int {
 		t.Helper()
 		before := m.raft.LastIndex()
-		if code := rc.call(wire.OpSetData, &wire.SetDataRequest{Path: "/amp", Data: []byte("x"), Version: -1}, nil); code != wire.OK {
+		if code := rc.call(wire.OpSetData, &wire.SetDataRequest{Path: path, Data: []byte("x"), Version: -1}, nil); code != wire.OK {
 			t.Fatalf("setData: %v", code)
 		}
 		n := 0
@@ -222,7 +221,7 @@ func TestAuthIdentitiesBounded(t *testing.T) {
 		}
 		return n
 	}
-	plain := entryBytes(setup)
+	plain := entryBytes(setup, "/amp")
 
 	// Duplicates, pipelined: they cost a map lookup each and add nothing.
 	dup := rawSession(t, addr, 4*time.Second)
@@ -235,7 +234,7 @@ func TestAuthIdentitiesBounded(t *testing.T) {
 			t.Fatalf("duplicate auth %d: %v %v", xid, h.Err, err)
 		}
 	}
-	if d := entryBytes(dup) - plain; d > 64 {
+	if d := entryBytes(dup, "/amp") - plain; d > 64 {
 		t.Errorf("one identity sent 20,000 times made a write's entry %d bytes larger", d)
 	}
 
@@ -247,11 +246,20 @@ func TestAuthIdentitiesBounded(t *testing.T) {
 			t.Fatalf("auth %d: %v", i, code)
 		}
 	}
-	atCap := entryBytes(many)
-	maxIDs := zk.MaxIdentities * (zk.MaxIdentityBytes + 16)
-	if atCap-plain > maxIDs {
-		t.Errorf("a write at the identity cap adds %d bytes, bound %d", atCap-plain, maxIDs)
+	atCap := entryBytes(many, "/amp")
+	if atCap > plain {
+		t.Errorf("a 1-byte write at the identity cap is %d bytes in the log, %d from a plain connection", atCap, plain)
 	}
+	// A node whose ACL names one of them: the entry carries that one.
+	user := tree.Identity{Scheme: "digest", ID: zk.DigestID("user0000007:pw")}
+	acl := []wire.ACL{{Perms: wire.PermAll, ID: wire.ID{Scheme: user.Scheme, ID: user.ID}}}
+	if code := setup.call(wire.OpCreate, &wire.CreateRequest{Path: "/amp7", ACL: acl}, nil); code != wire.OK {
+		t.Fatalf("create: %v", code)
+	}
+	if named := entryBytes(many, "/amp7"); named > plain+len(user.Scheme)+len(user.ID)+8 {
+		t.Errorf("a write whose ACL names one identity is %d bytes, %d plain", named, plain)
+	}
+	maxIDs := zk.MaxIdentities * (zk.MaxIdentityBytes + 16)
 	// Pipelined in one write; the member stops reading at the first.
 	var burst []byte
 	first := many.xid + 1

@@ -100,7 +100,7 @@ func fixupACLSchemes(acl []ACL, auth []Identity, x509 bool) ([]ACL, error) {
 		case a.Scheme == schemeAuth:
 			found := false
 			for _, id := range auth {
-				if id.Scheme == schemeDigest || (x509 && id.Scheme == schemeX509) {
+				if id.Scheme == schemeDigest || (x509 && id.Scheme == schemeX509) { // ExpandsAuth, with the scheme switchable
 					found = true
 					out = append(out, ACL{Perms: a.Perms, Scheme: id.Scheme, ID: id.ID})
 				}
@@ -290,33 +290,51 @@ func permitted(acl []ACL, perm int32, auth []Identity) bool {
 		if a.Perms&perm == 0 {
 			continue
 		}
-		switch a.Scheme {
-		case schemeWorld:
-			if a.ID == "anyone" {
+		if a.Scheme == schemeWorld && a.ID == "anyone" {
+			return true
+		}
+		for _, id := range auth {
+			if Matches(a, id) {
 				return true
-			}
-		case schemeDigest:
-			for _, id := range auth {
-				if id.Scheme == schemeDigest && id.ID == a.ID {
-					return true
-				}
-			}
-		case schemeIP:
-			for _, id := range auth {
-				if id.Scheme == schemeIP && ipMatches(id.ID, a.ID) {
-					return true
-				}
-			}
-		case schemeX509:
-			for _, id := range auth {
-				if id.Scheme == schemeX509 && id.ID == a.ID {
-					return true
-				}
 			}
 		}
 	}
 	return false
 }
+
+// Matches reports whether ACL entry a names identity id, whatever its
+// permissions: digest and x509 ids match exactly, ip ids by the entry's
+// address and prefix (ipMatches). world:anyone names everyone but no
+// identity in particular, so it matches none here; permitted grants it
+// first.
+func Matches(a ACL, id Identity) bool {
+	if a.Scheme != id.Scheme {
+		return false
+	}
+	switch a.Scheme {
+	case schemeDigest, schemeX509:
+		return id.ID == a.ID
+	case schemeIP:
+		return ipMatches(id.ID, a.ID)
+	}
+	return false
+}
+
+// ExpandsAuth reports whether an ACL entry of the "auth" pseudo-scheme
+// expands to identity id when a requester holding it creates a node or
+// sets an ACL (fixupACL): its digest and x509 identities do, its ip
+// identity and super do not.
+func ExpandsAuth(id Identity) bool {
+	return id.Scheme == schemeDigest || id.Scheme == schemeX509
+}
+
+// IsSuper reports whether id is the super identity, which passes every
+// permission check.
+func IsSuper(id Identity) bool { return id.Scheme == schemeSuper }
+
+// IsAuthScheme reports whether an ACL entry is of the "auth" pseudo-scheme,
+// which create and setACL expand to the requester's identities.
+func IsAuthScheme(a ACL) bool { return a.Scheme == schemeAuth }
 
 // aclEntry is an interned, reference-counted ACL list. Most nodes share a
 // handful of lists (OpenACL above all), so nodes point at a shared entry

@@ -198,6 +198,30 @@ func (t *Tree) lookup(path string) (*node, error) {
 	return nil, ErrNoNode
 }
 
+// CheckedACL is the ACL that applying op checks now: the parent's for a
+// create or delete, the node's own for setData, setACL and check. false
+// when that node does not exist (apply fails the op with ErrNoNode, unless
+// an earlier op of its multi creates the node). Shared with the tree: do
+// not modify.
+func (t *Tree) CheckedACL(op *Op) ([]ACL, bool) {
+	path := op.Path
+	switch op.Kind {
+	case OpCreate, OpDelete:
+		var ok bool
+		if path, ok = parentOf(op.Path); !ok {
+			return nil, false
+		}
+	case OpSetData, OpSetACL, OpCheck:
+	default:
+		return nil, false
+	}
+	n := t.nodes[path]
+	if n == nil {
+		return nil, false
+	}
+	return n.acl.acl, true
+}
+
 // Get returns a node's data and stat; it needs READ. The returned slice is
 // shared with the tree and must not be modified; it stays valid after later
 // writes because the tree replaces data rather than mutating it.

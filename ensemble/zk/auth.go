@@ -21,11 +21,10 @@ func DigestID(userPass string) string {
 
 // MaxIdentities bounds the identities one connection holds: its ip
 // identity, those of its certificate, and what auth packets add. Real
-// clients hold one to three; every write's transaction carries them all
-// (so that its ACL checks run, on every member, against the identities the
-// write was sent with), and without a bound a client could make each of
-// its writes as large as it liked. An auth packet that would add one more
-// is answered AuthFailed, which ends the connection.
+// clients hold one to three. A write's transaction carries those its ACL
+// checks need (NeededAuth), so the bound keeps per-connection memory and
+// the cost of that trim small. An auth packet that would add one more is
+// answered AuthFailed, which ends the connection.
 const MaxIdentities = 64
 
 // MaxIdentityBytes bounds the id of an identity an auth packet adds (a
