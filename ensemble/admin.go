@@ -66,7 +66,7 @@ func (m *Member) startAdmin() error {
 		Help: "Requests the admin listener refused, by reason: address (not loopback or --admin-allow), host (Host not an IP, localhost " +
 			"or --admin-host), origin (another site's page), streams_per_address and streams_total (event streams over their cap).",
 	}, []string{"reason"})
-	for _, r := range []string{refusedAddress, refusedHost, refusedOrigin, statuspage.RefusedStreamsPerAddr, statuspage.RefusedStreamsTotal} {
+	for _, r := range []string{refusedAddress, refusedHost, refusedOrigin, refusedSite, statuspage.RefusedStreamsPerAddr, statuspage.RefusedStreamsTotal} {
 		refused.WithLabelValues(r)
 	}
 	count := func(reason string) { refused.WithLabelValues(reason).Inc() }

@@ -22,7 +22,10 @@ import (
 // browser on the member's host (or through an operator's SSH tunnel)
 // with a loopback address, but its requests carry Host attacker.example.
 // The Origin rule refuses what a browser sends for another site's page
-// that asks the listener directly.
+// that asks the listener directly. The fetch-metadata rule (siteAllowed)
+// refuses what a browser marks as sent for another site's page even where
+// Origin is absent (an img or script tag) or names an IP address, which
+// the Host rule has to accept.
 type adminAccess struct {
 	allow []netip.Prefix
 	hosts map[string]bool // lower case, without a trailing dot
@@ -111,16 +114,35 @@ func (a adminAccess) originAllowed(origin string) bool {
 	return a.hostAllowed(u.Host)
 }
 
+// siteAllowed is the fetch-metadata rule. A browser says in
+// Sec-Fetch-Site whose page a request is for; "cross-site" is a page of
+// another site, which has no business with the listener's figures, its
+// event stream (one of a capped number per address) or pprof's profiles
+// (seconds of CPU each), whether it asks with fetch, EventSource or a tag.
+// Following a link to the listener from another site (a top-level GET
+// navigation) stays allowed: the user asked for that page, and no script
+// of the other site sees the answer. A request without the header is not
+// from a browser that sends it (curl, Prometheus, an older browser) and
+// is left to the other rules.
+func siteAllowed(r *http.Request) bool {
+	if r.Header.Get("Sec-Fetch-Site") != "cross-site" {
+		return true
+	}
+	return (r.Method == http.MethodGet || r.Method == http.MethodHead) &&
+		r.Header.Get("Sec-Fetch-Mode") == "navigate" && r.Header.Get("Sec-Fetch-Dest") == "document"
+}
+
 // Why the admin listener refused a request, as coordrun_admin_http_refused_total
 // counts it (with statuspage's stream refusals).
 const (
 	refusedAddress = "address"
 	refusedHost    = "host"
 	refusedOrigin  = "origin"
+	refusedSite    = "cross_site"
 )
 
 // guard serves next to the requests the rule accepts; others get 403
-// (address, Origin) or 421 (Host) with a line naming the flag that
+// (address, Origin, cross-site) or 421 (Host) with a line naming the flag that
 // would let them in, and refused hears why.
 func (a adminAccess) guard(next http.Handler, refused func(reason string)) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -139,6 +161,11 @@ func (a adminAccess) guard(next http.Handler, refused func(reason string)) http.
 			code, reason = http.StatusForbidden, refusedOrigin
 			msg = fmt.Sprintf("forbidden: a request from another site's page (Origin %q); the admin listener answers pages at IP addresses, "+
 				"localhost and the names of --admin-host (and of --admin-addr)", r.Header.Get("Origin"))
+		case !siteAllowed(r):
+			code, reason = http.StatusForbidden, refusedSite
+			msg = fmt.Sprintf("forbidden: the browser says this request is for another site's page (Sec-Fetch-Site: cross-site, "+
+				"Sec-Fetch-Mode: %q); from another site the admin listener answers only a link followed to it. "+
+				"Open the page from its own address, or query it without a browser (curl)", r.Header.Get("Sec-Fetch-Mode"))
 		default:
 			next.ServeHTTP(w, r)
 			return

@@ -157,3 +157,71 @@ func TestAdminHostHeader(t *testing.T) {
 		t.Error("no coordrun_admin_event_streams")
 	}
 }
+
+// TestAdminCrossSite: what a browser marks as sent for another site's page
+// is refused (its fetches and event streams, its img and script tags),
+// also when its Origin names an IP address, which the Origin rule must
+// accept; a link followed from another site, a same-origin request and a
+// request without fetch metadata (curl) are served.
+func TestAdminCrossSite(t *testing.T) {
+	var refused []string
+	h := newAdminAccess(&Config{AdminAddr: "127.0.0.1:8080"}).guard(
+		http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "served") }),
+		func(r string) { refused = append(refused, r) })
+	for _, c := range []struct {
+		method, path, site, mode, dest, origin string
+		code                                   int
+	}{
+		{"GET", "/api/events", "cross-site", "cors", "empty", "http://203.0.113.5", 403}, // EventSource from a page at an IP
+		{"GET", "/api/state", "cross-site", "cors", "empty", "http://203.0.113.5", 403},
+		{"GET", "/debug/pprof/profile", "cross-site", "no-cors", "image", "", 403}, // <img src=...>, no Origin sent
+		{"POST", "/api/state", "cross-site", "navigate", "document", "", 403},      // a form posted from another site
+		{"GET", "/", "cross-site", "navigate", "iframe", "", 403},                  // framed by another site
+		{"GET", "/", "cross-site", "navigate", "document", "", 200},                // a link followed from another site
+		{"GET", "/api/events", "same-origin", "cors", "empty", "http://127.0.0.1:8080", 200},
+		{"GET", "/api/events", "none", "navigate", "document", "", 200}, // typed into the address bar
+		{"GET", "/api/events", "", "", "", "", 200},                     // curl
+	} {
+		r := httptest.NewRequest(c.method, c.path, nil)
+		r.RemoteAddr, r.Host = "127.0.0.1:40000", "127.0.0.1:8080"
+		for k, v := range map[string]string{"Sec-Fetch-Site": c.site, "Sec-Fetch-Mode": c.mode, "Sec-Fetch-Dest": c.dest, "Origin": c.origin} {
+			if v != "" {
+				r.Header.Set(k, v)
+			}
+		}
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		if w.Code != c.code || (c.code == 403 && !strings.Contains(w.Body.String(), "Sec-Fetch-Site")) {
+			t.Errorf("%s %s site %q mode %q dest %q: %d %q, want %d", c.method, c.path, c.site, c.mode, c.dest, w.Code, w.Body.String(), c.code)
+		}
+	}
+	if strings.Join(refused, ",") != "cross_site,cross_site,cross_site,cross_site,cross_site" {
+		t.Errorf("refusals counted: %v", refused)
+	}
+}
+
+// TestAdminCrossSiteMember: on a running member, another site's event
+// stream is refused before it takes a stream, and counted.
+func TestAdminCrossSiteMember(t *testing.T) {
+	c := startCluster(t, 1, withAdmin)
+	m := c.Member(0)
+	req, err := http.NewRequest(http.MethodGet, "http://"+m.AdminAddr()+"/api/events", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Sec-Fetch-Site", "cross-site")
+	req.Header.Set("Sec-Fetch-Mode", "cors")
+	req.Header.Set("Origin", "http://203.0.113.5")
+	resp, err := adminHTTP.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusForbidden || !strings.Contains(string(b), "Sec-Fetch-Site") {
+		t.Fatalf("a cross-site event stream: %d %q", resp.StatusCode, b)
+	}
+	if v, _ := scrapeMetrics(t, m).value("coordrun_admin_http_refused_total", "reason", "cross_site"); v != 1 {
+		t.Errorf("coordrun_admin_http_refused_total{reason=\"cross_site\"} = %v, want 1", v)
+	}
+}
