@@ -3,20 +3,17 @@ package ensemble
 import (
 	"context"
 	"encoding/json"
-	"fmt"
-	"math"
 	"net"
 	"os"
 	"os/user"
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
-	"sort"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
+	"github.com/coordrun/coordrun/ensemble/zk"
 	"github.com/hashicorp/raft"
 )
 
@@ -35,10 +32,8 @@ const statusWord = "mbrs"
 const notServing = "This ZooKeeper instance is not currently serving requests\n"
 
 // The four-letter words on the client port, ZooKeeper's and coordrun's
-// own. ZooKeeper's answer in the layout of Apache ZooKeeper 3.8 (line
-// order, key names, number formats), since exporters and checks parse
-// them by position or by key; internal/difftest compares them with the
-// real server's.
+// own. ZooKeeper's answer in the layout of Apache ZooKeeper 3.8, which
+// ensemble/zk renders; the member gathers the figures.
 
 // fourLetter answers a four-letter word and closes, as ZooKeeper does.
 func (m *Member) fourLetter(word string, nc net.Conn) {
@@ -67,19 +62,19 @@ func (m *Member) fourLetter(word string, nc net.Conn) {
 		}
 		switch word {
 		case "srvr":
-			out = m.srvr(nc, false)
+			out = zk.Srvr(m.figures(), nil)
 		case "stat":
-			out = m.srvr(nc, true)
+			out = zk.Srvr(m.figures(), m.clientList(nc))
 		case "mntr":
-			out = m.mntr()
+			out = zk.Mntr(m.mntrFigures())
 		case "conf":
-			out = m.conf()
+			out = zk.Conf(m.confFigures())
 		case "srst":
 			m.stats.reset()
 			out = "Server stats reset.\n"
 		}
 	case "envi":
-		out = m.envi()
+		out = zk.Envi(enviEntries())
 	case "wchp", "wchc", "wchs":
 		switch {
 		case !serving:
@@ -149,105 +144,52 @@ var fullVersion = sync.OnceValue(func() string {
 	return v + ", built on " + built.UTC().Format("2006-01-02 15:04") + " UTC"
 })
 
-// latencyFigures are the min, avg and max of srvr and mntr in ZooKeeper's
-// formats: whole milliseconds for the bounds and a Java double rounded to
-// four places for the average. ZooKeeper times requests in whole
-// milliseconds; coordrun's finer times are rounded outwards (min down,
-// max up) so that the average always lies between them.
-func (m *Member) latencyFigures() (lmin int64, lavg string, lmax int64) {
-	fmin, favg, fmax := m.stats.latencyMs()
-	return int64(math.Floor(fmin)), javaDouble(favg), int64(math.Ceil(fmax))
-}
-
-// javaDouble formats v, rounded to four decimal places, as Java's
-// Double.toString prints it: "0.0", "2.25", "1.0E-4", "1.2345E7".
-func javaDouble(v float64) string {
-	v = math.Round(v*1e4) / 1e4
-	if a := math.Abs(v); a == 0 || (a >= 1e-3 && a < 1e7) {
-		s := strconv.FormatFloat(v, 'f', -1, 64)
-		if !strings.Contains(s, ".") {
-			s += ".0"
-		}
-		return s
-	}
-	mant, exp, _ := strings.Cut(strconv.FormatFloat(v, 'e', -1, 64), "e")
-	if !strings.Contains(mant, ".") {
-		mant += ".0"
-	}
-	e, _ := strconv.Atoi(exp)
-	return mant + "E" + strconv.Itoa(e)
-}
-
-// srvr is srvr, and with the client list stat, in ZooKeeper 3.8's layout.
-// A leader adds ZooKeeper's proposal sizes line; coordrun does not measure
-// proposal sizes, so it carries ZooKeeper's figures for none (-1).
-func (m *Member) srvr(self net.Conn, withClients bool) string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "Zookeeper version: %s\n", fullVersion())
-	if withClients {
-		b.WriteString("Clients:\n")
-		for _, l := range m.clientLines(self) {
-			b.WriteString(l)
-			b.WriteByte('\n')
-		}
-		b.WriteString("\n")
-	}
-	lmin, lavg, lmax := m.latencyFigures()
+// figures are srvr's, read from the member's state.
+func (m *Member) figures() *zk.Figures {
+	lmin, lavg, lmax := m.stats.latencyMs()
 	nodes, _, _ := m.counts()
-	mode := m.mode()
-	fmt.Fprintf(&b, "Latency min/avg/max: %d/%s/%d\n", lmin, lavg, lmax)
-	fmt.Fprintf(&b, "Received: %d\n", m.stats.received.Load())
-	fmt.Fprintf(&b, "Sent: %d\n", m.stats.sent.Load())
-	fmt.Fprintf(&b, "Connections: %d\n", m.stats.connections.Load())
-	fmt.Fprintf(&b, "Outstanding: %d\n", m.stats.outstanding.Load())
-	fmt.Fprintf(&b, "Zxid: 0x%x\n", m.fsm.lastZxid())
-	fmt.Fprintf(&b, "Mode: %s\n", mode)
-	fmt.Fprintf(&b, "Node count: %d\n", nodes)
-	if mode == "leader" {
-		b.WriteString("Proposal sizes last/min/max: -1/-1/-1\n")
+	return &zk.Figures{
+		Version:    fullVersion(),
+		LatencyMin: lmin, LatencyAvg: lavg, LatencyMax: lmax,
+		Received: m.stats.received.Load(), Sent: m.stats.sent.Load(),
+		Connections: m.stats.connections.Load(), Outstanding: m.stats.outstanding.Load(),
+		Zxid:  m.fsm.lastZxid(),
+		Mode:  m.mode(),
+		Nodes: nodes,
 	}
-	return b.String()
 }
 
-// clientLines are stat's client list in ZooKeeper's brief form, one line
-// per connection open on the client port, sorted:
-//
-//	/127.0.0.1:50452[1](queued=0,recved=0,sent=0)
-//
-// [1] marks an established session (ZooKeeper's interest in reading), [0]
-// a connection not yet established or, like the asker's, serving a
-// four-letter word. queued is what the session has read and not yet
-// answered. Connections do not count their own requests and replies
-// (the member counts them in total, for srvr), so recved and sent are 0,
-// except the asker's recved: its word.
-func (m *Member) clientLines(self net.Conn) []string {
+// clientList is every connection open on the client port, for stat.
+// queued is what a session has read and not yet answered. Connections do
+// not count their own requests (the member counts them in total, for
+// srvr), so recved is 0, except the asker's: its word.
+func (m *Member) clientList(self net.Conn) []zk.Client {
 	s := m.clients
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	established := make(map[net.Conn]*conn, len(s.conns))
 	for c := range s.conns {
 		established[c.nc] = c
 	}
-	lines := make([]string, 0, len(s.accepted))
+	out := make([]zk.Client, 0, len(s.accepted))
 	for nc := range s.accepted {
 		if c, ok := established[nc]; ok {
-			lines = append(lines, fmt.Sprintf(" /%s[1](queued=%d,recved=0,sent=0)", c.remote, len(c.slots)))
+			out = append(out, zk.Client{Remote: c.remote, Established: true, Queued: len(c.slots)})
 			continue
 		}
-		recved := 0
+		cl := zk.Client{Remote: nc.RemoteAddr().String()}
 		if nc == self {
-			recved = 1
+			cl.Recved = 1
 		}
-		lines = append(lines, fmt.Sprintf(" /%s[0](queued=0,recved=%d,sent=0)", nc.RemoteAddr(), recved))
+		out = append(out, cl)
 	}
-	s.mu.Unlock()
-	sort.Strings(lines)
-	return lines
+	return out
 }
 
-// envi is ZooKeeper's environment listing with the keys that apply to a
-// Go process. The JVM's java.* properties have no counterpart; go.version
+// enviEntries are ZooKeeper's environment keys that apply to a Go
+// process. The JVM's java.* properties have no counterpart; go.version
 // takes java.version's place.
-func (m *Member) envi() string {
+func enviEntries() [][2]string {
 	host, _ := os.Hostname()
 	userName, home := os.Getenv("USER"), os.Getenv("HOME")
 	if u, err := user.Current(); err == nil {
@@ -256,9 +198,7 @@ func (m *Member) envi() string {
 	cwd, _ := os.Getwd()
 	free, limit, total := memoryFigures()
 	mb := func(n uint64) string { return strconv.FormatUint(n>>20, 10) + "MB" }
-	var b strings.Builder
-	b.WriteString("Environment:\n")
-	for _, kv := range [][2]string{
+	return [][2]string{
 		{"zookeeper.version", fullVersion()},
 		{"host.name", host},
 		{"go.version", runtime.Version()},
@@ -271,72 +211,43 @@ func (m *Member) envi() string {
 		{"os.memory.free", mb(free)},
 		{"os.memory.max", mb(limit)},
 		{"os.memory.total", mb(total)},
-	} {
-		b.WriteString(kv[0])
-		b.WriteByte('=')
-		b.WriteString(kv[1])
-		b.WriteByte('\n')
 	}
-	return b.String()
 }
 
-// conf is ZooKeeper 3.8's conf: the server's settings, and for a member of
-// a quorum its peer settings and the membership in ZooKeeper's config
-// syntax (server.<id>=host:quorumPort:electionPort:role, then the
-// configuration's version in hex, without a final newline, as ZooKeeper
-// prints it). Left out are ZooKeeper's tick-based settings (tickTime,
-// initLimit, syncLimit) and electionAlg: raft's heartbeat and election
-// timeouts govern coordrun instead. The data and log dirs are both the
-// member's data dir, which holds raft's log and snapshots.
-func (m *Member) conf() string {
+// confFigures are conf's, read from the configuration and raft.
+func (m *Member) confFigures() *zk.ConfFigures {
 	dir, err := filepath.Abs(m.cfg.DataDir)
 	if err != nil {
 		dir = m.cfg.DataDir
 	}
-	size := dirSize(dir)
-	// A TLS client port is what ZooKeeper calls its secure client port;
-	// coordrun serves one or the other, never both.
-	port, secure := portOf(m.ClientAddr()), -1
-	if m.cfg.ClientTLS != nil {
-		port, secure = -1, port
+	f := &zk.ConfFigures{
+		ClientPort: portOf(m.ClientAddr()), SecurePort: -1,
+		DataDir: dir, DataDirSize: dirSize(dir),
+		// A negative cap is none: ZooKeeper's 0.
+		MaxClientConns:      max(m.cfg.MaxClientConns, 0),
+		MinSessionTimeoutMs: m.cfg.MinSessionTimeout.Milliseconds(),
+		MaxSessionTimeoutMs: m.cfg.MaxSessionTimeout.Milliseconds(),
+		ServerID:            m.cfg.ID,
 	}
-	var b strings.Builder
-	fmt.Fprintf(&b, "clientPort=%d\n", port)
-	fmt.Fprintf(&b, "secureClientPort=%d\n", secure)
-	fmt.Fprintf(&b, "dataDir=%s\n", dir)
-	fmt.Fprintf(&b, "dataDirSize=%d\n", size)
-	fmt.Fprintf(&b, "dataLogDir=%s\n", dir)
-	fmt.Fprintf(&b, "dataLogSize=%d\n", size)
-	// A negative cap is none: ZooKeeper's 0.
-	fmt.Fprintf(&b, "maxClientCnxns=%d\n", max(m.cfg.MaxClientConns, 0))
-	fmt.Fprintf(&b, "minSessionTimeout=%d\n", m.cfg.MinSessionTimeout.Milliseconds())
-	fmt.Fprintf(&b, "maxSessionTimeout=%d\n", m.cfg.MaxSessionTimeout.Milliseconds())
-	// The listener's backlog is the system's: ZooKeeper's -1, unset.
-	b.WriteString("clientPortListenBacklog=-1\n")
-	fmt.Fprintf(&b, "serverId=%s\n", m.cfg.ID)
+	// coordrun serves a plain or a TLS client port, never both.
+	if m.cfg.ClientTLS != nil {
+		f.ClientPort, f.SecurePort = -1, f.ClientPort
+	}
 	if m.mode() == "standalone" {
-		return b.String()
+		return f
 	}
 	cf := m.raft.GetConfiguration()
 	if cf.Error() != nil {
-		return b.String()
+		return f
 	}
-	// One peer port carries raft's replication and its elections: it is
-	// the quorum port, and there is no election port of ZooKeeper's kind
-	// (0, as in the membership lines).
-	peerType := 0 // participant
+	f.Quorum, f.QuorumPort = true, portOf(m.PeerAddr())
 	for _, s := range cf.Configuration().Servers {
 		if string(s.ID) == m.cfg.ID && s.Suffrage != raft.Voter {
-			peerType = 1 // observer
+			f.Observer = true
 		}
 	}
-	b.WriteString("electionPort=0\n")
-	fmt.Fprintf(&b, "quorumPort=%d\n", portOf(m.PeerAddr()))
-	fmt.Fprintf(&b, "peerType=%d\n", peerType)
-	b.WriteString("membership: \n")
-	data, _ := m.configData()
-	b.Write(data)
-	return b.String()
+	f.Membership, _ = m.configData()
+	return f
 }
 
 func portOf(addr string) int {
