@@ -1,7 +1,6 @@
 package recipe
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -36,40 +35,23 @@ func Nonce() string {
 // ClaimOnce creates the persistent node with data if no one has: of all
 // the contenders that call it for one node, exactly one wins, once, and
 // the node stays to say so. A create whose reply was lost is resolved by
-// syncing, reading the node back and asking o.Mine. The node's parent must
-// exist.
+// syncing, reading the node back and asking o.Mine (guardedCreate). The
+// node's parent must exist. An error leaves the claim's outcome unknown:
+// a claim that ctx cut short may have been won, and its node is kept, so
+// that no one else wins it.
 func ClaimOnce(ctx context.Context, c *client.Client, node string, data []byte, o ClaimOptions) (won bool, err error) {
 	if o.ACL == nil {
 		o.ACL = client.OpenACL
 	}
-	if o.Mine == nil {
-		o.Mine = func(b []byte) bool { return bytes.Equal(b, data) }
+	g := guardedCreate{c: c, path: node, data: data, acl: o.ACL, mine: o.Mine}
+	_, _, err = g.create(ctx)
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.Is(err, wire.ErrNodeExists):
+		return false, nil
 	}
-	for {
-		_, err := c.Create(ctx, node, data, 0, o.ACL)
-		switch {
-		case err == nil:
-			return true, nil
-		case errors.Is(err, wire.ErrNodeExists):
-		case errors.Is(err, client.ErrConnectionLoss):
-		default:
-			return false, err
-		}
-		if err := c.Sync(ctx, node); err != nil {
-			if errors.Is(err, client.ErrConnectionLoss) {
-				continue
-			}
-			return false, err
-		}
-		got, _, err := c.Get(ctx, node)
-		if errors.Is(err, wire.ErrNoNode) {
-			continue
-		}
-		if err != nil {
-			return false, err
-		}
-		return o.Mine(got), nil
-	}
+	return false, err
 }
 
 // EnsurePath creates every missing persistent component of p with acl,

@@ -76,6 +76,16 @@
 // data (a nonce in it), so a lost reply neither loses a won claim nor wins
 // a lost one.
 //
+// # A create whose reply was lost
+//
+// Every node a recipe takes part with (a queue node, a candidate, a live
+// node, a claim) is made by one guarded create with one failure contract:
+// an unknown outcome is resolved by a sync and a read that recognizes the
+// call's own node (by a nonce in a sequential node's name, by the owning
+// session, or by a claim's data); a refusal is an [AccessError]; a call
+// whose context ends deletes an ephemeral node its create may have made
+// before it returns, and keeps a claim, which may have been won.
+//
 // # Concurrency and ownership
 //
 // An [Entry] belongs to the goroutine that entered it: its methods are not

@@ -13,7 +13,6 @@ import (
 	"errors"
 	"fmt"
 	"path"
-	"strings"
 	"time"
 
 	"github.com/coordrun/coordrun/ensemble/client"
@@ -142,92 +141,19 @@ func (e *Election) Campaign(ctx context.Context, value []byte) (*Term, error) {
 	}
 }
 
-// join creates a new candidate node and returns its path and czxid.
+// join creates a new candidate node and returns its path and czxid. The
+// node is named with a fresh id, so that a create whose reply was lost is
+// found (guardedCreate).
 func (e *Election) join(ctx context.Context, value []byte) (string, int64, error) {
 	var rnd [8]byte
 	_, _ = rand.Read(rnd[:])
-	id := hex.EncodeToString(rnd[:])
-	prefix := path.Join(e.dir, candidatePrefix+id+"-")
-	for {
-		node, st, err := e.c.Create2(ctx, prefix, value, wire.FlagEphemeralSequential, e.acl)
-		switch {
-		case err == nil:
-			return node, st.Czxid, nil
-		case errors.Is(err, wire.ErrNoNode):
-			if err := EnsurePath(ctx, e.c, e.dir, e.acl); err != nil {
-				return "", 0, err
-			}
-			continue
-		case ctx.Err() != nil:
-			// Given up while the create was on its way: it may still
-			// happen, and a node nobody waits on would lead one day for
-			// nobody. Find it and delete it, past ctx.
-			err = fmt.Errorf("join election %s: %w", e.dir, err)
-			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.c.SessionTimeout())
-			defer cancel()
-			if node, _, ferr := e.findCandidate(dctx, id); ferr != nil {
-				return "", 0, fmt.Errorf("%w (and a candidate node may be left: %v)", err, ferr)
-			} else if node != "" {
-				return "", 0, e.abandon(dctx, node, err)
-			}
-			return "", 0, err
-		case !errors.Is(err, client.ErrConnectionLoss):
-			return "", 0, fmt.Errorf("join election %s: %w", e.dir, err)
-		}
-		// The create may have happened: look for our id before trying again.
-		node, czxid, err := e.findCandidate(ctx, id)
-		if err != nil {
-			return "", 0, err
-		}
-		if node != "" {
-			return node, czxid, nil
-		}
+	g := guardedCreate{c: e.c, path: path.Join(e.dir, candidatePrefix+hex.EncodeToString(rnd[:])+"-"), data: value,
+		flags: wire.FlagEphemeralSequential, acl: e.acl, ensure: true}
+	node, st, err := g.create(ctx)
+	if err != nil {
+		return "", 0, fmt.Errorf("join election %s: %w", e.dir, err)
 	}
-}
-
-// findCandidate looks for the candidate node named with id.
-func (e *Election) findCandidate(ctx context.Context, id string) (string, int64, error) {
-	for {
-		// A create in flight on the lost connection may still commit; a
-		// sync first makes the listing at least as new as it.
-		if err := e.c.Sync(ctx, e.dir); err != nil {
-			if errors.Is(err, client.ErrConnectionLoss) {
-				continue
-			}
-			if errors.Is(err, wire.ErrNoNode) {
-				return "", 0, nil
-			}
-			return "", 0, fmt.Errorf("sync %s: %w", e.dir, err)
-		}
-		kids, _, err := e.c.Children(ctx, e.dir)
-		if errors.Is(err, client.ErrConnectionLoss) {
-			continue
-		}
-		if errors.Is(err, wire.ErrNoNode) {
-			return "", 0, nil
-		}
-		if err != nil {
-			return "", 0, fmt.Errorf("list %s: %w", e.dir, err)
-		}
-		for _, k := range kids {
-			if !strings.HasPrefix(k, candidatePrefix+id+"-") {
-				continue
-			}
-			node := path.Join(e.dir, k)
-			st, ok, err := e.c.Exists(ctx, node)
-			if errors.Is(err, client.ErrConnectionLoss) {
-				break // list again
-			}
-			if err != nil {
-				return "", 0, err
-			}
-			if !ok {
-				return "", 0, nil
-			}
-			return node, st.Czxid, nil
-		}
-		return "", 0, nil
-	}
+	return node, st.Czxid, nil
 }
 
 // abandon deletes a waiting candidate's node and returns cause. The delete

@@ -10,7 +10,6 @@ import (
 	"log/slog"
 	"path"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -101,95 +100,22 @@ func (e *Entry) Node() string { return e.node }
 // rises from one holder of the lock to the next.
 func (e *Entry) Token() int64 { return e.czxid }
 
-// join creates this contender's queue node (again, if it was deleted).
+// join creates this contender's queue node (again, if it was deleted),
+// named with a fresh id so that a create whose reply was lost is found
+// (guardedCreate).
 func (e *Entry) join(ctx context.Context) error {
 	var rnd [8]byte
 	_, _ = rand.Read(rnd[:])
 	e.id, e.node, e.czxid = hex.EncodeToString(rnd[:]), "", 0
 	data, _ := json.Marshal(e.info)
-	for {
-		p, st, err := e.c.Create2(ctx, path.Join(e.dir, NodePrefix+e.id+"-"), data, wire.FlagEphemeralSequential, e.acl)
-		if err == nil {
-			e.node, e.czxid = p, st.Czxid
-			return nil
-		}
-		switch {
-		case errors.Is(err, wire.ErrNoNode):
-			// First use of this lock: create its folders, then retry.
-			// (Creating them up front would cost writes on every run.)
-			if err := EnsurePath(ctx, e.c, e.dir, e.acl); err != nil {
-				return err
-			}
-			continue
-		case errors.Is(err, wire.ErrNoAuth):
-			return accessError(ctx, e.c, e.dir, err)
-		case ctx.Err() != nil:
-			// Given up while the create was on its way: it may still
-			// happen, and a queue node nobody waits on would hold the
-			// lock for nobody (for as long as a cron host's session
-			// lives). Find it and delete it, past ctx.
-			err = fmt.Errorf("join queue %s: %w", e.dir, err)
-			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.c.SessionTimeout())
-			defer cancel()
-			found, ferr := e.find(dctx)
-			if ferr == nil && found {
-				ferr = deleteConfirmed(dctx, e.c, e.node)
-				e.node, e.czxid = "", 0
-			}
-			if ferr != nil {
-				return fmt.Errorf("%w (and its queue node may be left: %v)", err, ferr)
-			}
-			return err
-		case !errors.Is(err, client.ErrConnectionLoss):
-			return fmt.Errorf("join queue %s: %w", e.dir, err)
-		}
-		// The create may or may not have happened: look for our id.
-		found, err := e.find(ctx)
-		if err != nil {
-			return err
-		}
-		if found {
-			return nil
-		}
+	g := guardedCreate{c: e.c, path: path.Join(e.dir, NodePrefix+e.id+"-"), data: data,
+		flags: wire.FlagEphemeralSequential, acl: e.acl, ensure: true}
+	node, st, err := g.create(ctx)
+	if err != nil {
+		return fmt.Errorf("join queue %s: %w", e.dir, err)
 	}
-}
-
-func (e *Entry) find(ctx context.Context) (bool, error) {
-	for {
-		// A create in flight on the lost connection may still commit;
-		// sync first so the listing is at least as new as it.
-		if err := e.c.Sync(ctx, e.dir); err != nil {
-			if errors.Is(err, client.ErrConnectionLoss) {
-				continue
-			}
-			return false, fmt.Errorf("sync %s: %w", e.dir, err)
-		}
-		kids, _, err := e.c.Children(ctx, e.dir)
-		if errors.Is(err, client.ErrConnectionLoss) {
-			continue
-		}
-		if errors.Is(err, wire.ErrNoNode) {
-			return false, nil
-		}
-		if err != nil {
-			return false, fmt.Errorf("list %s: %w", e.dir, err)
-		}
-		for _, k := range kids {
-			if strings.HasPrefix(k, NodePrefix+e.id+"-") {
-				e.node = path.Join(e.dir, k)
-				st, ok, err := e.c.Exists(ctx, e.node)
-				if err != nil {
-					return false, err
-				}
-				if !ok {
-					return false, nil
-				}
-				e.czxid = st.Czxid
-				return true, nil
-			}
-		}
-		return false, nil
-	}
+	e.node, e.czxid = node, st.Czxid
+	return nil
 }
 
 func (e *Entry) runPath() string { return path.Join(e.dir, RunNode) }

@@ -633,7 +633,7 @@ func lockLostReleaseReply(t *testing.T, b recipeBackend) {
 func lockClaimLostReply(t *testing.T, b recipeBackend) {
 	ctx := testkit.Context(t, 60*time.Second)
 	px, c, dir := lockProxied(t, b, "claim")
-	px.CutReplyTo(wire.OpCreate)
+	px.CutReplyTo(wire.OpCreate2)
 	data := []byte(recipe.Nonce())
 	won, err := recipe.ClaimOnce(ctx, c, dir+"/f", data, recipe.ClaimOptions{})
 	if err != nil || !won {

@@ -150,31 +150,15 @@ func (g *Group) Announce(ctx context.Context, name string, data []byte) (*Presen
 	}
 	p := g.livePath(name)
 	for {
-		_, st, err := g.c.Create2(ctx, p, data, wire.FlagEphemeral, g.acl)
+		gc := guardedCreate{c: g.c, path: p, data: data, flags: wire.FlagEphemeral, acl: g.acl, ensure: true}
+		_, st, err := gc.create(ctx)
 		switch {
 		case err == nil:
 			return g.newPresence(p, st.Czxid), nil
-		case errors.Is(err, wire.ErrNoNode):
-			if err := EnsurePath(ctx, g.c, path.Dir(p), g.acl); err != nil {
-				return nil, err
-			}
-			continue
-		case errors.Is(err, client.ErrConnectionLoss):
-			continue
-		case ctx.Err() != nil:
-			// Given up while the create was on its way: it may still
-			// happen, and the name would show live for a member that
-			// does not think it is. Delete it if it is ours, past ctx.
-			err = fmt.Errorf("announce %s: %w", name, err)
-			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.c.SessionTimeout())
-			defer cancel()
-			if rerr := g.removeOwn(dctx, p); rerr != nil {
-				return nil, fmt.Errorf("%w (and its live node may be left: %v)", err, rerr)
-			}
-			return nil, err
 		case !errors.Is(err, wire.ErrNodeExists):
 			return nil, fmt.Errorf("announce %s: %w", name, err)
 		}
+		// Another session's node holds the name: wait for it to go.
 		st, ok, ch, err := g.c.ExistsW(ctx, p)
 		if errors.Is(err, client.ErrConnectionLoss) {
 			continue
@@ -185,10 +169,6 @@ func (g *Group) Announce(ctx context.Context, name string, data []byte) (*Presen
 		if !ok {
 			continue
 		}
-		if st.EphemeralOwner == g.c.SessionID() {
-			// Our own create, whose reply was lost with its connection.
-			return g.newPresence(p, st.Czxid), nil
-		}
 		select {
 		case <-ch:
 		case <-ctx.Done():
@@ -196,37 +176,6 @@ func (g *Group) Announce(ctx context.Context, name string, data []byte) (*Presen
 		case <-g.c.Done():
 			return nil, fmt.Errorf("announce %s: %w", name, g.c.Err())
 		}
-	}
-}
-
-// removeOwn deletes p if this session owns it, once the outcome of a
-// create is known (a sync makes the read at least as new as it).
-func (g *Group) removeOwn(ctx context.Context, p string) error {
-	for {
-		if err := g.c.Sync(ctx, path.Dir(p)); err != nil {
-			if errors.Is(err, client.ErrConnectionLoss) {
-				continue
-			}
-			if errors.Is(err, wire.ErrNoNode) {
-				return nil
-			}
-			return err
-		}
-		st, ok, err := g.c.Exists(ctx, p)
-		if errors.Is(err, client.ErrConnectionLoss) {
-			continue
-		}
-		if err != nil || !ok || st.EphemeralOwner != g.c.SessionID() {
-			return err
-		}
-		err = g.c.Delete(ctx, p, st.Version)
-		if errors.Is(err, client.ErrConnectionLoss) {
-			continue
-		}
-		if errors.Is(err, wire.ErrNoNode) || errors.Is(err, wire.ErrBadVersion) {
-			return nil
-		}
-		return err
 	}
 }
 
