@@ -120,7 +120,7 @@ func (m *Member) serveClient(nc net.Conn) {
 // it is served, and the established ones by session. Once closed it takes
 // no more, so that Close ends every connection.
 type clientSet struct {
-	mu       sync.Mutex
+	mu       sync.Mutex // guards accepted, conns, bySess and closed
 	accepted map[net.Conn]struct{}
 	conns    map[*conn]struct{}
 	bySess   map[int64]*conn

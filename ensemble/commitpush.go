@@ -36,7 +36,7 @@ type commitPusher struct {
 	tr    *tracker
 	stop  chan struct{}
 
-	mu     sync.Mutex
+	mu     sync.Mutex     // guards index, term, header, leader, hterm and peers
 	index  uint64         // last command applied as leader
 	term   uint64         // its term
 	header raft.RPCHeader // as raft sends it, from the newest term seen

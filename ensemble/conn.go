@@ -119,7 +119,7 @@ type conn struct {
 	viewRead  func(t *tree.Tree, zxid int64) // c.runCurrent, bound once
 	outcomeAt time.Time
 
-	outMu    sync.Mutex
+	outMu    sync.Mutex // guards out, outBytes, outSince, outWrite, outNote and closing
 	out      [][]byte
 	outBytes int
 	outSince time.Time // when out became non-empty

@@ -62,7 +62,7 @@ func kick(ch chan struct{}) {
 // broadcast wakes every waiter at once: wait returns a channel that the
 // next notify closes (and replaces). The zero value is ready for use.
 type broadcast struct {
-	mu sync.Mutex
+	mu sync.Mutex // guards ch (the channel itself is closed, never sent on)
 	ch chan struct{}
 }
 

@@ -35,7 +35,7 @@ type peerMux struct {
 
 	// open holds the accepted connections not handed to raft: Close ends
 	// them, so that their goroutines end too (raft closes its own).
-	mu   sync.Mutex
+	mu   sync.Mutex // guards open
 	open map[net.Conn]struct{}
 }
 

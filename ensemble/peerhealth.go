@@ -28,7 +28,7 @@ import (
 type peerHealth struct {
 	log *slog.Logger
 
-	mu      sync.Mutex
+	mu      sync.Mutex              // guards last and waiting
 	last    map[raft.ServerID]error // latest call's outcome per peer; nil: it answered
 	waiting string                  // what the member waits for, "" with a leader known
 	changed chan struct{}           // a call's outcome differs from the one before

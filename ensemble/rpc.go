@@ -179,7 +179,7 @@ func appendRPC(b []byte, kind byte, id uint64, payload []byte) []byte {
 // is under way go out together in the next one, so a burst of calls or
 // replies costs one system call rather than one each.
 type frameWriter struct {
-	mu      sync.Mutex
+	mu      sync.Mutex // guards pending and err
 	pending []byte
 	err     error
 	kick    chan struct{}
@@ -307,7 +307,7 @@ type rpcConn struct {
 	c       net.Conn
 	w       *frameWriter
 	stop    chan struct{} // closed by fail: ends the writer
-	mu      sync.Mutex
+	mu      sync.Mutex    // guards nextID, pending and err
 	nextID  uint64
 	pending map[uint64]chan rpcResult
 	err     error
@@ -421,7 +421,7 @@ type peerPool struct {
 	tr  *tracker
 	tls *peerTLS // nil: plaintext
 
-	mu      sync.Mutex
+	mu      sync.Mutex // guards conns, dialing and closed
 	conns   map[string]*rpcConn
 	dialing map[string]*poolDial
 	closed  bool

@@ -18,7 +18,7 @@ import (
 //
 // Safe for concurrent use.
 type sessionTracker struct {
-	mu       sync.Mutex
+	mu       sync.Mutex // guards sessions and the trackedSessions in it
 	sessions map[int64]*trackedSession
 	now      func() time.Time
 }
@@ -157,7 +157,7 @@ type livenessRelay struct {
 	// does not consider alive.
 	send func(ctx context.Context, ids []int64) (dead []int64, err error)
 
-	mu      sync.Mutex
+	mu      sync.Mutex // guards pending, gen, acked and dead
 	pending map[int64]struct{}
 	gen     uint64    // generation of the batch now being collected
 	acked   uint64    // highest generation the leader acknowledged

@@ -27,7 +27,7 @@ type requestStats struct {
 	// The latency of answered requests: min, sum and max for the
 	// four-letter words (srst resets them), and a histogram by opcode for
 	// Prometheus (which never resets).
-	latMu    sync.Mutex
+	latMu    sync.Mutex // guards latMin, latMax, latSum and latCount
 	latMin   time.Duration
 	latMax   time.Duration
 	latSum   time.Duration

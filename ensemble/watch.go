@@ -48,7 +48,7 @@ type watcher interface {
 // mu, which costs little: readers that would register wait for the FSM's
 // lock anyway).
 type watchManager struct {
-	mu      sync.Mutex
+	mu      sync.Mutex // guards byKind, byOwner, total and sets
 	byKind  [numWatchKinds]map[string]map[watcher]struct{}
 	byOwner map[watcher]map[watchKey]struct{}
 	total   int

@@ -44,7 +44,7 @@ type Client struct {
 	done   chan struct{}
 	ran    chan struct{} // closed when the run loop has ended
 
-	mu           sync.Mutex
+	mu           sync.Mutex // guards the fields below it, state to leaseNoticed
 	state        State
 	server       string // of the current or last connection
 	cur          *conn  // the live connection, nil while suspended

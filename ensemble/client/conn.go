@@ -80,7 +80,7 @@ type conn struct {
 	sent       time.Time // the ConnectRequest's stamp: its answer is a lease proof
 	newSession bool
 
-	mu      sync.Mutex
+	mu      sync.Mutex // guards pending, auths, pings and primed
 	pending []*request // numbered requests and setWatches, in wire order
 	auths   []*request // auth packets: ZooKeeper answers them out of band
 	pings   []ping     // unanswered pings, in wire order

@@ -12,7 +12,7 @@ import (
 //
 // Safe for concurrent use.
 type leaseKeeper struct {
-	mu      sync.Mutex
+	mu      sync.Mutex // guards until, and orders the sends on ch and the calls of onProof
 	until   time.Time
 	ch      chan time.Time
 	onProof func(sent time.Time, timeout time.Duration, lease time.Time)
@@ -56,7 +56,7 @@ func (l *leaseKeeper) get() time.Time {
 // tests, to let the server expire a session that is otherwise healthy. The zero value is
 // open. Safe for concurrent use.
 type gate struct {
-	mu sync.Mutex
+	mu sync.Mutex    // guards ch
 	ch chan struct{} // non-nil while frozen; closed on thaw
 }
 

@@ -8,7 +8,7 @@ import "sync"
 //
 // Safe for concurrent use.
 type outbox struct {
-	mu   sync.Mutex
+	mu   sync.Mutex // guards q and err
 	q    []*request
 	kick chan struct{} // capacity 1: "something was queued"
 	err  error
@@ -90,7 +90,7 @@ func (o *outbox) shut(err error) []*request {
 //
 // Safe for concurrent use.
 type eventQueue struct {
-	mu       sync.Mutex
+	mu       sync.Mutex // guards overflow, pumping and last, and orders the sends on ch
 	ch       chan StateEvent
 	overflow []StateEvent
 	pumping  bool

@@ -27,7 +27,7 @@ type watchKey struct {
 // reader goroutine in wire order, which is what orders a notification
 // before the reply that follows it.
 type watchSet struct {
-	mu  sync.Mutex
+	mu  sync.Mutex // guards m and err
 	m   map[watchKey][]chan Event
 	err error // set when the session is lost: later adds are told at once
 }

@@ -13,7 +13,7 @@ import (
 //
 // Safe for concurrent use.
 type holderLog struct {
-	mu    sync.Mutex
+	mu    sync.Mutex              // guards locks
 	locks map[string][]PastHolder // newest first
 }
 

@@ -21,7 +21,7 @@ type Sample struct {
 //
 // Safe for concurrent use.
 type samples struct {
-	mu   sync.Mutex
+	mu   sync.Mutex // guards ring, next, full, prev and at
 	ring []Sample
 	next int
 	full bool

@@ -65,6 +65,9 @@ type Entry struct {
 	// hold, and not at a later holder's nodes.
 	armed <-chan struct{}
 
+	// mu guards heldVersion, runRemade and standingOK: the standing
+	// watch (standing.go) writes them from its goroutine while the owner
+	// holds, and Release reads them.
 	mu sync.Mutex
 	// heldVersion is the folder's version after our last record ("held",
 	// then "stopping"), -1 when unknown: a later record is written only

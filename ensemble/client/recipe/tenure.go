@@ -26,8 +26,8 @@ type tenure struct {
 	stopOnce sync.Once
 	done     chan struct{}
 
-	mu  sync.Mutex
-	err error // why it ended; set once, before done is closed
+	mu  sync.Mutex // guards err
+	err error      // why it ended; set once, before done is closed
 }
 
 func (t *tenure) start(c *client.Client, node string, czxid int64, label string, removed error) {
