@@ -23,22 +23,32 @@
 //	watch.go       the watch manager
 //	session.go     session deadlines, the liveness relay, expiry
 //	peer.go        the peer port, split between raft and member RPCs
+//	peerauth.go    peer TLS minted from the ensemble secret; peergate.go
+//	               which member ids may use the peer port
+//	peerhealth.go  which peers answer raft's calls, logged as it changes
 //	rpc.go         member RPC frames, codes, serving and calling, the pool
 //	commitpush.go  telling followers of commits without waiting for raft's timer
 //	stats.go       requestStats, the one observer of the request path
 //	metrics.go     Prometheus, read from requestStats and the member's getters
-//	fourletter.go  the four-letter words (fourletter_mntr.go: mntr;
-//	               fourletter_allow.go: which are answered); status.go the
-//	               status report
+//	fourletter.go  the four-letter words: the figures each reports, which
+//	               zk renders in ZooKeeper's layouts (fourletter_mntr.go:
+//	               mntr's; fourletter_allow.go: which are answered);
+//	               procinfo.go what they report of the process and machine
+//	status.go      the status report (mbrs, `coordrun ensemble status`)
 //	membership.go  membership changes; backup.go snapshots to and from files
 //	adminid.go     who is the super user, who may reconfigure and snapshot
-//	adminsock.go   the admin socket: the client protocol for local admins
+//	adminsock.go   the admin socket: the client protocol for local admins;
+//	               adminsock_linux.go, adminsock_other.go its peer uid check
 //	sessionowner.go  sessions touched and relayed only by their connections
 //	admin.go       the admin HTTP listener; adminaccess.go who it answers;
 //	               webstatus.go what its status page (ensemble/statuspage)
 //	               reads of the member
 //	goroutines.go  the tracker every goroutine starts through; kick, broadcast
 //	config.go, tls.go, certid.go   configuration, TLS, certificate identities
+//	addrcheck.go, peerscheck.go, storecheck.go   refusals at start: empty
+//	               or mismatched addresses, a peer list the data dir
+//	               contradicts, a damaged data dir
+//	raftlog.go     raft's hclog lines as the member's slog records
 //
 // # A request's path
 //
@@ -58,7 +68,9 @@
 // decodes it (zk.Decode) and, by its zk.Kind, begins it:
 //
 //   - a write: conn.startWrite plans it (zk.PlanWrite: validation, then a
-//     tree.Txn, or an early answer) and hands the txn to submit
+//     tree.Txn, or an early answer), trims the txn's identities to those
+//     its ACL checks can consult (zk.NeededAuth, in a view; only for a
+//     connection holding more than carryAllAuth) and hands the txn to submit
 //     (leader.go) at once, so a connection's writes pipeline. submit runs
 //     leaderCall: on the leader applyAsLeader stamps the txn and queues it
 //     in the proposer (group.go), which packs the writes queued while
@@ -136,9 +148,22 @@
 //     index; pushPipeline.forward: one per raft replication pipeline,
 //     noting follower progress.
 //   - ensembleStatus: one per member of the configuration while a status
-//     is gathered.
+//     is gathered; followerSync (mntr on a leader) likewise, asking each
+//     follower for its status.
+//   - peerHealth.run: one per member, logging which peers answer raft.
+//   - acceptAdminSocket: one per member with an admin socket; serveClient
+//     for each connection it admits, and refuse, which tells a refused
+//     one why before closing it.
 //   - Live: one per health check, taking a view of the state machine.
-//   - the admin HTTP server's Serve, when Config.AdminAddr is set.
+//   - the admin HTTP server's Serve, and the status page's sampler
+//     (statuspage.Server.Run), when Config.AdminAddr is set.
+//
+// Three raw go statements start goroutines outside the tracker: the
+// tracker's own (goroutines.go); the feeder of latencySummaries
+// (fourletter_mntr.go), which ends when the histogram's Collect returns
+// and is joined by reading its channel to the close; and verifyLeader's
+// waiter (session.go), the one goroutine a Close can leave behind, blocked
+// on a VerifyLeader raft queued as it shut down.
 //
 // Raft runs goroutines of its own (and joins them in Shutdown), as does
 // net/http for admin requests. The TLS handshake of an accepted connection
