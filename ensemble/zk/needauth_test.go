@@ -176,3 +176,25 @@ func acls(t *tree.Tree, paths []string) map[string][]tree.ACL {
 	}
 	return out
 }
+
+// BenchmarkNeededAuth is the trim's cost for a write from a connection at
+// the identity cap, against one whose ACL names one of them.
+func BenchmarkNeededAuth(b *testing.B) {
+	t := tree.New()
+	user := tree.Identity{Scheme: "digest", ID: zk.DigestID("u7:pw")}
+	res := t.Apply(&tree.Txn{Kind: tree.TxnOps, Ops: []tree.Op{{Kind: tree.OpCreate, Path: "/n",
+		ACL: []tree.ACL{{Perms: tree.PermAll, Scheme: "digest", ID: user.ID}}}}}, 1)
+	if res.Err != nil {
+		b.Fatal(res.Err)
+	}
+	auth := []tree.Identity{{Scheme: "ip", ID: "127.0.0.1"}}
+	for i := range zk.MaxIdentities - 1 {
+		auth = append(auth, tree.Identity{Scheme: "digest", ID: zk.DigestID(fmt.Sprintf("u%d:pw", i))})
+	}
+	ops := []tree.Op{{Kind: tree.OpSetData, Path: "/n", Data: []byte("x"), Version: -1}}
+	for b.Loop() {
+		if got := zk.NeededAuth(ops, auth, t.CheckedACL); len(got) != 1 {
+			b.Fatal(got)
+		}
+	}
+}
