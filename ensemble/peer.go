@@ -39,13 +39,16 @@ type peerMux struct {
 	open map[net.Conn]struct{}
 }
 
-// newPeerMux starts serving ln; its goroutines are started through tr.
+// newPeerMux makes a mux of ln; start serves it. Its goroutines are
+// started through tr.
 func newPeerMux(tr *tracker, ln net.Listener, handler func(net.Conn), log *slog.Logger) *peerMux {
-	m := &peerMux{ln: ln, raftCh: make(chan net.Conn), handler: handler, log: log, tr: tr,
+	return &peerMux{ln: ln, raftCh: make(chan net.Conn), handler: handler, log: log, tr: tr,
 		closed: make(chan struct{}), open: map[net.Conn]struct{}{}}
-	tr.Go(m.serve)
-	return m
 }
+
+// start serves the listener. The fields the accepted connections read
+// (tls, gate, adv) are set before it: they are not guarded.
+func (m *peerMux) start() { m.tr.Go(m.serve) }
 
 // hold records an accepted connection until release; false when the mux
 // is closed (the connection is closed then).

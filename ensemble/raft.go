@@ -57,6 +57,7 @@ func (m *Member) startRaft() error {
 		return fmt.Errorf("peer address %q: %w", cfg.advertised(), err)
 	}
 	m.mux.adv = adv
+	m.mux.start()
 	hlog := newRaftLog(m.log)
 	m.health = newPeerHealth(m.log)
 	m.trans = raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{

@@ -279,6 +279,7 @@ func plainWord(t *testing.T, addr, word string) []byte {
 func peerTransport(t *testing.T, pt *peerTLS) *raft.NetworkTransport {
 	t.Helper()
 	mux := newPeerMux(nil, testkit.Listen(t), func(c net.Conn) { c.Close() }, slog.New(slog.DiscardHandler))
+	mux.start()
 	mux.tls = pt
 	trans := raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
 		Stream:  mux,
