@@ -253,7 +253,8 @@ func TestAuthIdentitiesBounded(t *testing.T) {
 	// A node whose ACL names one of them: the entry carries that one.
 	user := tree.Identity{Scheme: "digest", ID: zk.DigestID("user0000007:pw")}
 	acl := []wire.ACL{{Perms: wire.PermAll, ID: wire.ID{Scheme: user.Scheme, ID: user.ID}}}
-	if code := setup.call(wire.OpCreate, &wire.CreateRequest{Path: "/amp7", ACL: acl}, nil); code != wire.OK {
+	// A session of its own: setup's may have expired unpinged meanwhile.
+	if code := rawSession(t, addr, 4*time.Second).call(wire.OpCreate, &wire.CreateRequest{Path: "/amp7", ACL: acl}, nil); code != wire.OK {
 		t.Fatalf("create: %v", code)
 	}
 	if named := entryBytes(many, "/amp7"); named > plain+len(user.Scheme)+len(user.ID)+8 {
