@@ -49,6 +49,7 @@
 //	               or mismatched addresses, a peer list the data dir
 //	               contradicts, a damaged data dir
 //	raftlog.go     raft's hclog lines as the member's slog records
+//	future.go      waiting for a raft future that a shutdown may leave unanswered
 //
 // # A request's path
 //
@@ -161,9 +162,10 @@
 // Three raw go statements start goroutines outside the tracker: the
 // tracker's own (goroutines.go); the feeder of latencySummaries
 // (fourletter_mntr.go), which ends when the histogram's Collect returns
-// and is joined by reading its channel to the close; and verifyLeader's
-// waiter (session.go), the one goroutine a Close can leave behind, blocked
-// on a VerifyLeader raft queued as it shut down.
+// and is joined by reading its channel to the close; and the waiter of
+// await (future.go), used for VerifyLeader and the grouping switch's Apply:
+// the one goroutine a Close can leave behind, blocked on a future raft
+// queued as it shut down and never answers.
 //
 // Raft runs goroutines of its own (and joins them in Shutdown), as does
 // net/http for admin requests. The TLS handshake of an accepted connection

@@ -288,7 +288,7 @@ const groupGateEvery = 250 * time.Millisecond
 // markGrouped proposes an empty group, which switches every member to
 // grouped zxids at once rather than with the next write.
 func (m *Member) markGrouped() {
-	err := m.raft.Apply(encodeGroup(nil), 5*time.Second).Error()
+	err := m.await(m.raft.Apply(encodeGroup(nil), 5*time.Second))
 	if err != nil {
 		m.log.Warn("switching to grouped writes", "err", err)
 		return

@@ -360,13 +360,5 @@ func (m *Member) waitLive(ctx context.Context, gen uint64, id int64) error {
 // (Close cancels m.ctx before it shuts raft down). The goroutine left
 // waiting on such a request is the only one a Close can leave behind.
 func (m *Member) verifyLeader() error {
-	f := m.raft.VerifyLeader()
-	done := make(chan error, 1)
-	go func() { done <- f.Error() }()
-	select {
-	case err := <-done:
-		return err
-	case <-m.ctx.Done():
-		return m.ctx.Err()
-	}
+	return m.await(m.raft.VerifyLeader())
 }
