@@ -341,12 +341,7 @@ func (m *Member) waitApply(a leaderApply) (proposal, error) {
 	var ar applyResult
 	var err error
 	if a.q != nil {
-		select {
-		case <-a.q.done:
-			ar, err = a.q.res, a.q.err
-		case <-m.ctx.Done():
-			err = ErrClosed
-		}
+		ar, err = a.q.wait(m.ctx)
 	} else if err = a.f.Error(); err == nil {
 		var ok bool
 		if ar, ok = a.f.Response().(applyResult); !ok {
