@@ -296,11 +296,11 @@ func (p *proposer) runAnswer() {
 }
 
 // groupResults are the results of a group entry of n writes from its
-// apply's response.
+// apply's response; only one caller may take them.
 func groupResults(resp any, n int) []applyResult {
 	switch r := resp.(type) {
-	case []applyResult:
-		return r
+	case *groupApplied:
+		return r.take()
 	case applyResult: // the group could not be decoded
 		results := make([]applyResult, n)
 		for i := range results {

@@ -21,8 +21,9 @@ import (
 // proposing as the leader.
 
 // logCacheSize is how many recent log entries stay in memory for
-// replication: a few batches of MaxAppendEntries.
-const logCacheSize = 2048
+// replication: one batch of MaxAppendEntries, which a follower that keeps
+// up never reads beyond (one further behind reads the store).
+const logCacheSize = 512
 
 func (m *Member) startRaft() error {
 	cfg := m.cfg
