@@ -67,7 +67,7 @@ type compareConfig struct {
 	outDir       string
 }
 
-var allSystems = []string{"coordrun", "zookeeper", "etcd", "raft"}
+var allSystems = []string{"coordrun", "zookeeper", "etcd", "raft", "raft-procs"}
 
 var workloadGroups = map[string][]string{
 	"kv":   {"write", "read", "mix"},
@@ -163,6 +163,7 @@ func runCompare(ctx context.Context, cfg config, cc compareConfig) error {
 		value[i] = 'a' + byte(i%26)
 	}
 	var rc *raftCluster
+	var rp *raftProcs
 	for _, name := range cc.systems {
 		fmt.Fprintf(os.Stderr, "starting %s ...\n", name)
 		switch name {
@@ -211,6 +212,10 @@ func runCompare(ctx context.Context, cfg config, cc compareConfig) error {
 				return err
 			}
 			defer rc.stop()
+		case "raft-procs":
+			if rp, err = startRaftProcs(ctx, filepath.Join(root, "raft-procs"), cfg.valueSize); err != nil {
+				return err
+			}
 		}
 	}
 	for _, s := range procSystems {
@@ -218,6 +223,9 @@ func runCompare(ctx context.Context, cfg config, cc compareConfig) error {
 	}
 	if rc != nil {
 		rep.Systems = append(rep.Systems, systemInfo{Name: "raft", Version: "hashicorp/raft v1.7.3 + raft-boltdb/v2, in-process, no-op FSM"})
+	}
+	if rp != nil {
+		rep.Systems = append(rep.Systems, systemInfo{Name: "raft-procs", Version: "the same, one process per node, a TCP client on the leader"})
 	}
 	if len(rep.Systems) == 0 {
 		return errors.New("no system to measure")
@@ -269,6 +277,9 @@ func runCompare(ctx context.Context, cfg config, cc compareConfig) error {
 		}
 		if rc != nil && r.writeEvery == 1 {
 			targets = append(targets, rc.target(value))
+		}
+		if rp != nil && r.writeEvery == 1 {
+			targets = append(targets, rp.target())
 		}
 		for _, t := range targets {
 			fmt.Fprintf(os.Stderr, "%s x%d on %s ...\n", r.name, r.clients, t.name)
@@ -708,7 +719,7 @@ func (rep *compareReport) buildHeadline() {
 		if !ok || r.Better == "-" {
 			continue
 		}
-		for _, o := range []string{"zookeeper", "etcd", "raft"} {
+		for _, o := range []string{"zookeeper", "etcd", "raft", "raft-procs"} {
 			if v, ok := r.Values[o]; ok && v > 0 && c >= 0 {
 				if r.Ratios == nil {
 					r.Ratios = map[string]float64{}

@@ -64,6 +64,7 @@ type config struct {
 
 func main() {
 	runHogIfChild()
+	runRaftNodeIfChild()
 	var cfg config
 	_, zkErr := os.Stat("/usr/share/zookeeper")
 	flag.StringVar(&cfg.bin, "bin", "bin/coordrun", "coordrun binary")
