@@ -4,7 +4,7 @@ VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev
 LDFLAGS  := -s -w -X main.version=$(VERSION)
 FUZZTIME ?= 3s
 
-.PHONY: build test unit fuzz demo bench bench-compare bench-web screenshots chaos difftest vet clean
+.PHONY: build test unit fuzz demo bench bench-compare bench-scale bench-web screenshots chaos difftest vet clean
 
 # A static binary: no cgo, so it runs on any Linux host.
 build:
@@ -47,6 +47,17 @@ BENCH_OUT   ?= bench-out
 BENCH_FLAGS ?=
 bench-compare: build
 	$(GO) run ./internal/bench -bin $(BIN) -compare -out $(BENCH_OUT) $(BENCH_FLAGS)
+
+# Sessions at scale, coordrun and ZooKeeper side by side in one table:
+# SCALE_SESSIONS idle sessions held SCALE_HOLD, then the storm (as many
+# closed, reopened with ephemerals, a tenth killed), each on a quiet host
+# and with 4 and 12 busy loops. Takes the whole machine for minutes.
+SCALE_SESSIONS ?= 20000
+SCALE_HOLD     ?= 60s
+SCALE_HOGS     ?= 0,4,12
+bench-scale: build
+	$(GO) run ./internal/bench -bin $(BIN) -compare -systems coordrun,zookeeper -workloads sessions,storm \
+	  -sessions $(SCALE_SESSIONS) -sessions-hold $(SCALE_HOLD) -hog $(SCALE_HOGS) -plot - -out $(BENCH_OUT)-scale $(BENCH_FLAGS)
 
 # What open status pages cost a member: CPU of one member of a 3-member
 # ensemble (real binary, 20 writes/s) with no page open and with 20 event

@@ -25,6 +25,22 @@ type applyResult struct {
 	started, done time.Time
 }
 
+// groupApplied is the FSM's response to a group entry. raft's log cache
+// keeps each entry it caches by a pointer into the entry's future, and so
+// keeps the future's response alive for as long as the entry stays cached:
+// the proposer takes the results out once it has answered them (take), so
+// what stays behind is this empty box, not every write's result.
+type groupApplied struct {
+	results []applyResult
+}
+
+// take returns the results and empties the box.
+func (g *groupApplied) take() []applyResult {
+	r := g.results
+	g.results = nil
+	return r
+}
+
 // fsm adapts tree.Tree to raft. The zxid of a txn is its raft log index
 // until the first group entry, and index<<zxidShift | its position in the
 // entry from there on (group.go), so zxids are monotonic forever and never
@@ -125,7 +141,7 @@ func (f *fsm) ApplyBatch(logs []*raft.Log) []interface{} {
 			last = groupZxid(l.Index, k)
 			results[k] = f.applyTxn(data, last, started)
 		}
-		out[i] = results
+		out[i] = &groupApplied{results: results}
 	}
 	if last != 0 {
 		f.applied.Store(last)

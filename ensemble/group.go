@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -96,14 +97,26 @@ func decodeGroup(data []byte) ([][]byte, error) {
 // the ensemble groups.
 func groupZxid(index uint64, pos int) int64 { return int64(index)<<zxidShift | int64(pos) }
 
-// queuedTxn is one write in the proposer: queued, then part of a group
-// entry handed to raft, then answered.
+// queuedTxn is one write in the proposer: queued (or, on the fast path,
+// proposed by its caller), then part of a group entry handed to raft, then
+// answered.
 type queuedTxn struct {
 	data   []byte
 	queued time.Time
 	done   chan struct{} // closed once res or err is set
 	res    applyResult
 	err    error // raft's error for the group, or ErrClosed
+}
+
+// wait returns the write's result once runAnswer has set it, or ErrClosed
+// if ctx ends first.
+func (q *queuedTxn) wait(ctx context.Context) (applyResult, error) {
+	select {
+	case <-q.done:
+		return q.res, q.err
+	case <-ctx.Done():
+		return applyResult{}, ErrClosed
+	}
 }
 
 func (q *queuedTxn) finish(res applyResult, err error) {
@@ -113,13 +126,26 @@ func (q *queuedTxn) finish(res applyResult, err error) {
 
 // proposer is the leader's group commit: one goroutine forms groups from
 // the queue and hands them to raft, another waits for them in order and
-// answers their writes.
+// answers their writes. A write that finds nothing queued and a slot free
+// skips the first: its caller hands it to raft as a group of one, which
+// saves a lone writer a goroutine hand-off on the way in. (The caller does
+// not wait for raft's future itself: a future has one waiter, and
+// runAnswer must see every one to free its slot, even if the caller gives
+// up.)
 type proposer struct {
 	raft    *raft.Raft
 	sizes   prometheus.Observer // writes per group
 	in      chan *queuedTxn
 	slots   chan struct{}     // one per group proposed and not yet answered
 	pending chan pendingGroup // those groups, in log order
+
+	// mu orders raft.Apply calls against the queue: it guards queued and
+	// closed, and is held around every Apply of the proposer and its send
+	// to pending, so a write proposed on the fast path never overtakes one
+	// queued before it and pending stays in log order.
+	mu     sync.Mutex
+	queued int  // writes sent to in (or held by runForm) and not yet applied
+	closed bool // runForm has ended; pending is closed
 }
 
 type pendingGroup struct {
@@ -141,10 +167,31 @@ func newProposer(r *raft.Raft, sizes prometheus.Observer) *proposer {
 // log.
 func (p *proposer) propose(ctx context.Context, data []byte) (*queuedTxn, error) {
 	q := &queuedTxn{data: data, queued: time.Now(), done: make(chan struct{})}
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return nil, ErrClosed
+	}
+	if p.queued == 0 {
+		select {
+		case p.slots <- struct{}{}:
+			group := []*queuedTxn{q}
+			p.pending <- pendingGroup{f: p.raft.Apply(encodeGroup(group), 0), txns: group} // room: one per slot
+			p.mu.Unlock()
+			p.sizes.Observe(1)
+			return q, nil
+		default:
+		}
+	}
+	p.queued++
+	p.mu.Unlock()
 	select {
 	case p.in <- q:
 		return q, nil
 	case <-ctx.Done():
+		p.mu.Lock()
+		p.queued--
+		p.mu.Unlock()
 		return nil, ErrClosed
 	}
 }
@@ -182,7 +229,12 @@ func (p *proposer) form(ctx context.Context, held *queuedTxn) (group []*queuedTx
 // is read, so writes gather while groupsInFlight groups are being
 // committed, and a write that finds a free slot is proposed at once.
 func (p *proposer) runForm(ctx context.Context) {
-	defer close(p.pending)
+	defer func() {
+		p.mu.Lock()
+		p.closed = true
+		close(p.pending)
+		p.mu.Unlock()
+	}()
 	var held *queuedTxn
 	for {
 		select {
@@ -198,7 +250,10 @@ func (p *proposer) runForm(ctx context.Context) {
 		}
 		held = next
 		p.sizes.Observe(float64(len(group)))
+		p.mu.Lock()
 		p.pending <- pendingGroup{f: p.raft.Apply(encodeGroup(group), 0), txns: group}
+		p.queued -= len(group)
+		p.mu.Unlock()
 	}
 }
 
@@ -224,15 +279,7 @@ func (p *proposer) runAnswer() {
 		err := pg.f.Error()
 		var results []applyResult
 		if err == nil {
-			switch r := pg.f.Response().(type) {
-			case []applyResult:
-				results = r
-			case applyResult: // the group could not be decoded
-				results = make([]applyResult, len(pg.txns))
-				for i := range results {
-					results[i] = r
-				}
-			}
+			results = groupResults(pg.f.Response(), len(pg.txns))
 			if len(results) != len(pg.txns) {
 				err = fmt.Errorf("group of %d writes applied as %d", len(pg.txns), len(results))
 			}
@@ -246,6 +293,22 @@ func (p *proposer) runAnswer() {
 			q.finish(results[i], nil)
 		}
 	}
+}
+
+// groupResults are the results of a group entry of n writes from its
+// apply's response; only one caller may take them.
+func groupResults(resp any, n int) []applyResult {
+	switch r := resp.(type) {
+	case *groupApplied:
+		return r.take()
+	case applyResult: // the group could not be decoded
+		results := make([]applyResult, n)
+		for i := range results {
+			results[i] = r
+		}
+		return results
+	}
+	return nil
 }
 
 // grouping reports whether this member, as leader, proposes group entries.

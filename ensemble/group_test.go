@@ -85,9 +85,17 @@ func TestFSMGroupZxids(t *testing.T) {
 		t.Fatalf("single entry before any group: zxid %d err %v grouped %v, want zxid 3 ungrouped", r.zxid, r.err, f.grouped.Load())
 	}
 	out = f.ApplyBatch(logs[1:])
-	rs, ok := out[1].([]applyResult)
-	if !ok || len(rs) != 3 {
+	box, ok := out[1].(*groupApplied)
+	if !ok {
 		t.Fatalf("group entry's result %T %v", out[1], out[1])
+	}
+	rs := groupResults(box, 3)
+	if len(rs) != 3 {
+		t.Fatalf("group entry's results %v", rs)
+	}
+	// Taken once: raft's log cache keeps the box, not the results.
+	if box.results != nil {
+		t.Fatal("group results still in the apply's response after they were taken")
 	}
 	for k, r := range rs {
 		if want := int64(5)<<zxidShift | int64(k); r.zxid != want || r.err != nil || r.res.Err != nil {

@@ -21,8 +21,9 @@ import (
 // proposing as the leader.
 
 // logCacheSize is how many recent log entries stay in memory for
-// replication: a few batches of MaxAppendEntries.
-const logCacheSize = 2048
+// replication: one batch of MaxAppendEntries, which a follower that keeps
+// up never reads beyond (one further behind reads the store).
+const logCacheSize = 512
 
 func (m *Member) startRaft() error {
 	cfg := m.cfg
@@ -342,12 +343,7 @@ func (m *Member) waitApply(a leaderApply) (proposal, error) {
 	var ar applyResult
 	var err error
 	if a.q != nil {
-		select {
-		case <-a.q.done:
-			ar, err = a.q.res, a.q.err
-		case <-m.ctx.Done():
-			err = ErrClosed
-		}
+		ar, err = a.q.wait(m.ctx)
 	} else if err = a.f.Error(); err == nil {
 		var ok bool
 		if ar, ok = a.f.Response().(applyResult); !ok {

@@ -58,6 +58,7 @@ type compareConfig struct {
 	repeats      int
 	sessions     int
 	sessionsHold time.Duration
+	hogs         []int // busy loops during the scale workloads, one run per count
 	fanoutWatch  int
 	fanoutRounds int
 	treeNodes    int
@@ -66,7 +67,7 @@ type compareConfig struct {
 	outDir       string
 }
 
-var allSystems = []string{"coordrun", "zookeeper", "etcd", "raft"}
+var allSystems = []string{"coordrun", "zookeeper", "etcd", "raft", "raft-procs"}
 
 var workloadGroups = map[string][]string{
 	"kv":   {"write", "read", "mix"},
@@ -162,6 +163,7 @@ func runCompare(ctx context.Context, cfg config, cc compareConfig) error {
 		value[i] = 'a' + byte(i%26)
 	}
 	var rc *raftCluster
+	var rp *raftProcs
 	for _, name := range cc.systems {
 		fmt.Fprintf(os.Stderr, "starting %s ...\n", name)
 		switch name {
@@ -210,6 +212,10 @@ func runCompare(ctx context.Context, cfg config, cc compareConfig) error {
 				return err
 			}
 			defer rc.stop()
+		case "raft-procs":
+			if rp, err = startRaftProcs(ctx, filepath.Join(root, "raft-procs"), cfg.valueSize); err != nil {
+				return err
+			}
 		}
 	}
 	for _, s := range procSystems {
@@ -217,6 +223,9 @@ func runCompare(ctx context.Context, cfg config, cc compareConfig) error {
 	}
 	if rc != nil {
 		rep.Systems = append(rep.Systems, systemInfo{Name: "raft", Version: "hashicorp/raft v1.7.3 + raft-boltdb/v2, in-process, no-op FSM"})
+	}
+	if rp != nil {
+		rep.Systems = append(rep.Systems, systemInfo{Name: "raft-procs", Version: "the same, one process per node, a TCP client on the leader"})
 	}
 	if len(rep.Systems) == 0 {
 		return errors.New("no system to measure")
@@ -268,6 +277,9 @@ func runCompare(ctx context.Context, cfg config, cc compareConfig) error {
 		}
 		if rc != nil && r.writeEvery == 1 {
 			targets = append(targets, rc.target(value))
+		}
+		if rp != nil && r.writeEvery == 1 {
+			targets = append(targets, rp.target())
 		}
 		for _, t := range targets {
 			fmt.Fprintf(os.Stderr, "%s x%d on %s ...\n", r.name, r.clients, t.name)
@@ -381,30 +393,39 @@ func runCompare(ctx context.Context, cfg config, cc compareConfig) error {
 			}
 		}
 	}
-	if w["sessions"] {
+	for _, nh := range cc.hogs {
+		if !w["sessions"] && !w["storm"] {
+			break
+		}
 		for _, s := range procSystems {
 			if s.name == "etcd" {
 				continue // raw ZooKeeper frames: coordrun and ZooKeeper only
 			}
-			fmt.Fprintf(os.Stderr, "%d idle sessions on %s ...\n", cc.sessions, s.name)
-			r, err := runSessions(ctx, s, cc.sessions, cc.sessionsHold)
+			hs, err := startHogs(nh, root)
 			if err != nil {
-				return fmt.Errorf("%s: sessions: %w", s.name, err)
+				return err
 			}
-			rep.Sessions = append(rep.Sessions, r)
-		}
-	}
-	if w["storm"] {
-		for _, s := range procSystems {
-			if s.name == "etcd" {
-				continue // raw ZooKeeper frames
+			if w["sessions"] {
+				fmt.Fprintf(os.Stderr, "%d idle sessions on %s, %d busy loops ...\n", cc.sessions, s.name, nh)
+				r, err := runSessions(ctx, s, cc.sessions, cc.sessionsHold)
+				if err != nil {
+					hs.stop()
+					return fmt.Errorf("%s: sessions: %w", s.name, err)
+				}
+				r.Hogs = nh
+				rep.Sessions = append(rep.Sessions, r)
 			}
-			fmt.Fprintf(os.Stderr, "session storm of %d on %s ...\n", cc.sessions, s.name)
-			r, err := runStorm(ctx, s, cc.sessions)
-			if err != nil {
-				return fmt.Errorf("%s: storm: %w", s.name, err)
+			if w["storm"] {
+				fmt.Fprintf(os.Stderr, "session storm of %d on %s, %d busy loops ...\n", cc.sessions, s.name, nh)
+				r, err := runStorm(ctx, s, cc.sessions)
+				if err != nil {
+					hs.stop()
+					return fmt.Errorf("%s: storm: %w", s.name, err)
+				}
+				r.Hogs = nh
+				rep.Storms = append(rep.Storms, r)
 			}
-			rep.Storms = append(rep.Storms, r)
+			hs.stop()
 		}
 	}
 	if w["tree"] {
@@ -655,10 +676,12 @@ func (rep *compareReport) buildHeadline() {
 		add(name, "missing notifs", "lower", x.System, float64(x.Missing))
 	}
 	for _, x := range rep.Sessions {
-		name := fmt.Sprintf("sessions x%d", x.Sessions)
+		name := fmt.Sprintf("sessions x%d%s", x.Sessions, hogSuffix(x.Hogs))
 		add(name, "open all ms", "lower", x.System, x.OpenMs)
 		add(name, "refused", "lower", x.System, float64(x.Refused))
 		add(name, "dropped while idle", "lower", x.System, float64(x.Dropped))
+		add(name, "ping p99 ms", "lower", x.System, x.PingP99Ms)
+		add(name, "leader changes", "lower", x.System, float64(x.Leaders))
 		add(name, "RSS MiB, max member", "lower", x.System, mib(x.MaxRSSKiB))
 		add(name, "VmHWM MiB, max member", "lower", x.System, mib(x.MaxHWMKiB))
 		add(name, "close all ms", "lower", x.System, x.CloseMs)
@@ -670,11 +693,12 @@ func (rep *compareReport) buildHeadline() {
 		add(name, "follower catch-up ms", "lower", x.System, x.CatchUpMs)
 	}
 	for _, x := range rep.Storms {
-		name := fmt.Sprintf("storm x%d", x.Sessions)
+		name := fmt.Sprintf("storm x%d%s", x.Sessions, hogSuffix(x.Hogs))
 		add(name, "open+create all ms", "lower", x.System, x.OpenMs)
 		add(name, "refused", "lower", x.System, float64(x.Refused))
 		add(name, "survivors lost", "lower", x.System, float64(x.Lost))
-		add(name, "elections", "lower", x.System, float64(x.Elections))
+		add(name, "ping p99 ms", "lower", x.System, x.PingP99Ms)
+		add(name, "leader changes", "lower", x.System, float64(x.Elections))
 		add(name, "ephemerals left - want", "lower", x.System, float64(x.Ephemerals-x.Want))
 		add(name, "peak RSS MiB, max member", "lower", x.System, mib(x.PeakRSSKiB))
 	}
@@ -695,7 +719,7 @@ func (rep *compareReport) buildHeadline() {
 		if !ok || r.Better == "-" {
 			continue
 		}
-		for _, o := range []string{"zookeeper", "etcd", "raft"} {
+		for _, o := range []string{"zookeeper", "etcd", "raft", "raft-procs"} {
 			if v, ok := r.Values[o]; ok && v > 0 && c >= 0 {
 				if r.Ratios == nil {
 					r.Ratios = map[string]float64{}
@@ -799,6 +823,14 @@ Ratios are coordrun's value over the other's: above 1 is better for "higher" met
 		}
 		tw.Flush()
 	}
+}
+
+// hogSuffix names a scale row's busy loops.
+func hogSuffix(n int) string {
+	if n == 0 {
+		return ""
+	}
+	return fmt.Sprintf(" +%d hogs", n)
 }
 
 func abbrev(s string) string {

@@ -63,6 +63,8 @@ type config struct {
 }
 
 func main() {
+	runHogIfChild()
+	runRaftNodeIfChild()
 	var cfg config
 	_, zkErr := os.Stat("/usr/share/zookeeper")
 	flag.StringVar(&cfg.bin, "bin", "bin/coordrun", "coordrun binary")
@@ -81,6 +83,7 @@ func main() {
 	writeClients := flag.String("write-clients", "1,32,128", "with -compare: client counts of the write workloads")
 	waiters := flag.String("waiters", "10,100,1000", "with -compare: waiter counts of the pred lock workload")
 	herdWaiters := flag.String("herd-waiters", "10,100", "with -compare: waiter counts of the herd lock workload")
+	hogs := flag.String("hog", "0", "with -compare: busy loops (processes) running during the sessions and storm workloads; a list runs them once per count (e.g. 0,4,12)")
 	var cc compareConfig
 	flag.IntVar(&cc.maxHandoffs, "max-handoffs", 200, "with -compare: handoffs measured per lock run at most (the queue's first)")
 	flag.IntVar(&cc.repeats, "repeats", 3, "with -compare: runs of failover and startup (the median is reported)")
@@ -117,6 +120,9 @@ func main() {
 		}
 		if err == nil {
 			cc.herdWaiters, err = parseInts(*herdWaiters)
+		}
+		if err == nil {
+			cc.hogs, err = parseHogs(*hogs)
 		}
 		if err == nil && (cc.repeats < 1 || cc.maxHandoffs < 2 || cc.sessions < 1 || cc.sessionsHold <= 0 || cc.fanoutWatch < 1 || cc.fanoutRounds < 1 || cc.treeNodes < 1) {
 			err = errors.New("-repeats must be >= 1, -max-handoffs >= 2, -sessions, -fanout-watchers, -fanout-rounds and -tree-nodes >= 1, -sessions-hold > 0")

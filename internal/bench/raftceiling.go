@@ -100,7 +100,7 @@ func startRaftCluster(ctx context.Context, dir string) (*raftCluster, error) {
 			return nil, err
 		}
 		// Like the member: recent entries cached for replication.
-		logs, err := raft.NewLogCache(2048, store)
+		logs, err := raft.NewLogCache(512, store)
 		if err != nil {
 			rc.stop()
 			return nil, err

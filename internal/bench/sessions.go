@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -27,8 +28,11 @@ type sessionsResult struct {
 	System     string  `json:"system"`
 	Sessions   int     `json:"sessions"`
 	OpenMs     float64 `json:"open_ms"`
-	Refused    int     `json:"refused"` // not established
-	Dropped    int     `json:"dropped"` // established, then lost while held
+	Hogs       int     `json:"hogs,omitempty"` // busy loops running meanwhile (-hog)
+	Refused    int     `json:"refused"`        // not established
+	Dropped    int     `json:"dropped"`        // established, then lost while held
+	PingP99Ms  float64 `json:"ping_p99_ms"`    // round trip of the pings while held
+	Leaders    int     `json:"leader_changes"` // elections while it ran (the epoch's rise)
 	CloseMs    float64 `json:"close_ms"`
 	MaxRSSKiB  int64   `json:"max_rss_kib"` // the largest member's, while held
 	MaxHWMKiB  int64   `json:"max_hwm_kib"`
@@ -49,6 +53,39 @@ type rawSession struct {
 	// replies gets the header of every reply to a request of xid > 0
 	// (dropped when full).
 	replies chan wire.ReplyHeader
+	// pingAt is when the outstanding ping was sent (unix ns; 0: none);
+	// pongs, when set, gets each ping's round trip.
+	pingAt atomic.Int64
+	pongs  atomic.Pointer[pingLog]
+}
+
+// pingLog collects ping round trips from many sessions.
+type pingLog struct {
+	mu  sync.Mutex // guards rtt
+	rtt []time.Duration
+}
+
+func (l *pingLog) add(d time.Duration) {
+	l.mu.Lock()
+	l.rtt = append(l.rtt, d)
+	l.mu.Unlock()
+}
+
+// p99 is the 99th percentile round trip in ms (0 with none).
+func (l *pingLog) p99() float64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.rtt) == 0 {
+		return 0
+	}
+	slices.Sort(l.rtt)
+	return ms(percentile(l.rtt, 0.99))
+}
+
+// ping sends a ping, noting when for its round trip.
+func (s *rawSession) ping() error {
+	s.pingAt.Store(time.Now().UnixNano())
+	return s.send(wire.XidPing, wire.OpPing)
 }
 
 const rawSessionTimeout = 10 * time.Second
@@ -95,6 +132,10 @@ func (s *rawSession) read(r *bufio.Reader) {
 		var h wire.ReplyHeader
 		if h.Decode(wire.NewDecoder(f)) == nil {
 			switch {
+			case h.Xid == wire.XidPing:
+				if t, l := s.pingAt.Swap(0), s.pongs.Load(); t != 0 && l != nil {
+					l.add(time.Since(time.Unix(0, t)))
+				}
 			case h.Xid == wire.XidNotification && s.notified != nil:
 				s.notified()
 			case h.Xid > 0:
@@ -128,6 +169,8 @@ func (s *rawSession) sendBody(xid, op int32, body func(*wire.Encoder)) error {
 func runSessions(ctx context.Context, s *system, n int, hold time.Duration) (sessionsResult, error) {
 	res := sessionsResult{System: s.name, Sessions: n, SessionTTL: int(rawSessionTimeout / time.Millisecond)}
 	order := s.clientOrder()
+	watch := watchEnsemble(ctx, s)
+	defer watch.stop()
 	start := time.Now()
 	sess, openErr := openMany(ctx, order, n, 64, nil)
 	res.OpenMs = ms(time.Since(start))
@@ -151,6 +194,12 @@ func runSessions(ctx context.Context, s *system, n int, hold time.Duration) (ses
 	}()
 
 	// Ping each session every third of its timeout, spread over time.
+	pongs := &pingLog{}
+	for _, rs := range sess {
+		if rs != nil {
+			rs.pongs.Store(pongs)
+		}
+	}
 	pctx, stopPing := context.WithCancel(ctx)
 	var pwg sync.WaitGroup
 	const pingers = 16
@@ -163,7 +212,7 @@ func runSessions(ctx context.Context, s *system, n int, hold time.Duration) (ses
 			for {
 				for i := p; i < n; i += pingers {
 					if rs := sess[i]; rs != nil && !rs.lost.Load() {
-						if err := rs.send(wire.XidPing, wire.OpPing); err != nil {
+						if err := rs.ping(); err != nil {
 							rs.lost.Store(true)
 						}
 					}
@@ -193,6 +242,8 @@ func runSessions(ctx context.Context, s *system, n int, hold time.Duration) (ses
 	stopPing()
 	pwg.Wait()
 	res.Dropped = countLost(sess)
+	res.PingP99Ms = pongs.p99()
+	res.Leaders, _ = watch.stop()
 
 	// Close them all at once; done when every server has closed its end.
 	start = time.Now()

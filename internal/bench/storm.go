@@ -30,8 +30,10 @@ type stormResult struct {
 	OpenMs     float64 `json:"storm_open_ms"` // every session established and its ephemeral created
 	Refused    int     `json:"refused"`       // handshakes or creates that failed
 	Killed     int     `json:"killed"`
-	Lost       int     `json:"lost"`      // survivors whose connection ended or whose session expired
-	Elections  int     `json:"elections"` // the epoch's rise while it ran
+	Lost       int     `json:"lost"`           // survivors whose connection ended or whose session expired
+	Hogs       int     `json:"hogs,omitempty"` // busy loops running meanwhile (-hog)
+	Elections  int     `json:"elections"`      // the epoch's rise while it ran
+	PingP99Ms  float64 `json:"ping_p99_ms"`    // the survivors' pings, storm to end
 	Ephemerals int     `json:"ephemerals_left"`
 	Want       int     `json:"ephemerals_want"`
 	PeakRSSKiB int64   `json:"peak_rss_kib"` // the largest member's, sampled during the workload
@@ -62,6 +64,7 @@ func runStorm(ctx context.Context, s *system, n int) (stormResult, error) {
 	// timeout).
 	start := time.Now()
 	var refused atomic.Int64
+	pongs := &pingLog{}
 	pctx, stopPings := context.WithCancel(ctx)
 	var pings sync.WaitGroup
 	defer func() {
@@ -69,6 +72,7 @@ func runStorm(ctx context.Context, s *system, n int) (stormResult, error) {
 		pings.Wait()
 	}()
 	sess, _ := openMany(ctx, order, n, 1024, func(i int, rs *rawSession) error {
+		rs.pongs.Store(pongs)
 		pings.Add(1)
 		go func() {
 			defer pings.Done()
@@ -116,6 +120,7 @@ func runStorm(ctx context.Context, s *system, n int) (stormResult, error) {
 	stopPings()
 	pings.Wait()
 	res.Lost = countLost(sess)
+	res.PingP99Ms = pongs.p99()
 	// The dropped sessions' ephemerals are gone by now on a correct
 	// server; count what is left.
 	_, st, err := admin.Exists(stormPath)
@@ -219,7 +224,7 @@ func keepAlive(ctx context.Context, rs *rawSession) {
 			return
 		case <-tick.C:
 		}
-		if err := rs.send(wire.XidPing, wire.OpPing); err != nil {
+		if err := rs.ping(); err != nil {
 			rs.lost.Store(true)
 			return
 		}
