@@ -56,6 +56,8 @@ from it; --peers only matters the first time.
 	f.Duration("heartbeat-timeout", 300*time.Millisecond, "raft heartbeat timeout: a follower that hears nothing from the leader for about 1-2x this long starts an election")
 	f.Duration("election-timeout", 300*time.Millisecond, "raft election timeout: how long a candidate waits for votes")
 	f.Uint64("snapshot-threshold", 8192, "log entries between snapshots")
+	f.Int("snapshot-retain", 2, "snapshots kept in the data dir (the newest and spares); older ones are deleted")
+	f.Uint64("trailing-logs", 4096, "log entries kept behind a snapshot, so that a follower a little behind catches up without a whole snapshot")
 	f.String("admin-addr", "", "address for the admin HTTP listener: /metrics, /healthz, /readyz and the status page at / (default off; e.g. 127.0.0.1:8080)")
 	f.Bool("admin-pprof", false, "also serve Go's profiles under /debug/pprof/ on the admin listener")
 	f.StringSlice("admin-allow", nil, "client networks (CIDR) or addresses besides loopback that the admin listener answers: metrics, health, pprof and the status page (e.g. a monitoring network)")
@@ -110,6 +112,8 @@ func runServer(cmd *cobra.Command, _ []string) error {
 		HeartbeatTimeout:  v.GetDuration("heartbeat-timeout"),
 		ElectionTimeout:   v.GetDuration("election-timeout"),
 		SnapshotThreshold: v.GetUint64("snapshot-threshold"),
+		SnapshotRetain:    v.GetInt("snapshot-retain"),
+		TrailingLogs:      v.GetUint64("trailing-logs"),
 		AdminAddr:         v.GetString("admin-addr"),
 		Pprof:             v.GetBool("admin-pprof"),
 		StatusLockRoot:    v.GetString("status-lock-root"),
