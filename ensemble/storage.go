@@ -348,3 +348,24 @@ func (m *Member) openStorage(hlog *raftLog) (*guardedStore, *guardedSnapshots, e
 	m.metrics.reg.MustRegister(g.collectors()...)
 	return &guardedStore{BoltStore: bolt, path: path, g: g}, &guardedSnapshots{FileSnapshotStore: snaps, dir: cfg.DataDir, g: g}, nil
 }
+
+// alarm is the disk-full alarm's text, or "".
+func (g *storageGuard) alarm() string {
+	if !g.full.Load() {
+		return ""
+	}
+	free, _ := g.free()
+	return fmt.Sprintf("disk full: data dir %s has %d bytes free; writes this member cannot persist are refused since %s (free space there: it resumes by itself)",
+		g.dir, free, time.UnixMilli(g.fullSince.Load()).UTC().Format(time.RFC3339))
+}
+
+// alarms are the member's raised alarms, for its status.
+func (m *Member) alarms() []string {
+	var out []string
+	if m.storage != nil {
+		if a := m.storage.alarm(); a != "" {
+			out = append(out, a)
+		}
+	}
+	return out
+}
