@@ -89,6 +89,11 @@ type Config struct {
 	MinSessionTimeout time.Duration // default 2 ticks (4s with ZooKeeper's 2s tick)
 	MaxSessionTimeout time.Duration // default 40s
 	MaxDataBytes      int           // largest znode data; default 1 MiB like jute.maxbuffer
+	// MaxTreeNodes and MaxTreeBytes bound the tree (treequota.go):
+	// writes that would grow it past either are refused with
+	// QUOTAEXCEEDED. Defaults 1,000,000 znodes and 1 GiB.
+	MaxTreeNodes int
+	MaxTreeBytes int64
 	// MaxClientConns caps the client connections open from one IP
 	// address, as ZooKeeper's maxClientCnxns does; more are closed at
 	// once. Default 60 (ZooKeeper's); negative: no cap.
@@ -252,6 +257,15 @@ func (c *Config) setDefaults() error {
 	}
 	if c.MaxDataBytes == 0 {
 		c.MaxDataBytes = defaultMaxData
+	}
+	if c.MaxTreeNodes == 0 {
+		c.MaxTreeNodes = defaultMaxTreeNodes
+	}
+	if c.MaxTreeBytes == 0 {
+		c.MaxTreeBytes = defaultMaxTreeBytes
+	}
+	if c.MaxTreeNodes < 0 || c.MaxTreeBytes < 0 {
+		return configError("MaxTreeNodes", "the tree's quota must be positive, not %d znodes and %d bytes", c.MaxTreeNodes, c.MaxTreeBytes)
 	}
 	if c.MaxDataBytes < 0 {
 		return configError("MaxDataBytes", "max data bytes must be positive")

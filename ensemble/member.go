@@ -131,6 +131,7 @@ func Start(cfg Config) (*Member, error) {
 		tr:         &m.tr,
 		bounds:     &m.bounds,
 		limits:     zk.Limits{MaxData: cfg.MaxDataBytes},
+		quota:      &treeQuota{maxNodes: cfg.MaxTreeNodes, maxBytes: cfg.MaxTreeBytes, counts: m.counts, log: m.log},
 		maxFrame:   cfg.MaxDataBytes + 64<<10, // room for the path, ACLs and headers around the data
 		minTimeout: cfg.MinSessionTimeout,
 		maxTimeout: cfg.MaxSessionTimeout,

@@ -346,6 +346,7 @@ func (m *Member) openStorage(hlog *raftLog) (*guardedStore, *guardedSnapshots, e
 	}
 	m.storage = g
 	m.metrics.reg.MustRegister(g.collectors()...)
+	m.metrics.reg.MustRegister(m.env.quota.collectors()...)
 	return &guardedStore{BoltStore: bolt, path: path, g: g}, &guardedSnapshots{FileSnapshotStore: snaps, dir: cfg.DataDir, g: g}, nil
 }
 
@@ -362,6 +363,9 @@ func (g *storageGuard) alarm() string {
 // alarms are the member's raised alarms, for its status.
 func (m *Member) alarms() []string {
 	var out []string
+	if a := m.env.quota.alarm(); a != "" {
+		out = append(out, a)
+	}
 	if m.storage != nil {
 		if a := m.storage.alarm(); a != "" {
 			out = append(out, a)
