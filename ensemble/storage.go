@@ -320,6 +320,9 @@ func (m *Member) openStorage(hlog *raftLog) (*guardedStore, *guardedSnapshots, e
 	if err := check(path); err != nil {
 		return nil, nil, err
 	}
+	if err := checkSnapshot(cfg.DataDir); err != nil {
+		return nil, nil, err
+	}
 	fault := cfg.StorageFault
 	if fault == nil {
 		fault = defaultStorageFault(m.log)
@@ -340,6 +343,9 @@ func (m *Member) openStorage(hlog *raftLog) (*guardedStore, *guardedSnapshots, e
 		return nil, nil, fmt.Errorf("raft store %s: %w", path, err)
 	}
 	m.store = bolt
+	if err := verifyLog(path, bolt, bolt); err != nil {
+		return nil, nil, err
+	}
 	snaps, err := raft.NewFileSnapshotStoreWithLogger(cfg.DataDir, cfg.SnapshotRetain, hlog)
 	if err != nil {
 		return nil, nil, fmt.Errorf("snapshot store: %w", err)

@@ -58,6 +58,7 @@ from it; --peers only matters the first time.
 	f.Duration("heartbeat-timeout", 300*time.Millisecond, "raft heartbeat timeout: a follower that hears nothing from the leader for about 1-2x this long starts an election")
 	f.Duration("election-timeout", 300*time.Millisecond, "raft election timeout: how long a candidate waits for votes")
 	f.Uint64("snapshot-threshold", 8192, "log entries between snapshots")
+	f.Duration("snapshot-interval", 30*time.Second, "how often the member looks whether --snapshot-threshold entries have accumulated (with jitter)")
 	f.Int("snapshot-retain", 2, "snapshots kept in the data dir (the newest and spares); older ones are deleted")
 	f.Uint64("trailing-logs", 4096, "log entries kept behind a snapshot, so that a follower a little behind catches up without a whole snapshot")
 	f.String("admin-addr", "", "address for the admin HTTP listener: /metrics, /healthz, /readyz and the status page at / (default off; e.g. 127.0.0.1:8080)")
@@ -115,6 +116,7 @@ func runServer(cmd *cobra.Command, _ []string) error {
 		ElectionTimeout:   v.GetDuration("election-timeout"),
 		SnapshotThreshold: v.GetUint64("snapshot-threshold"),
 		SnapshotRetain:    v.GetInt("snapshot-retain"),
+		SnapshotInterval:  v.GetDuration("snapshot-interval"),
 		MaxTreeNodes:      v.GetInt("max-tree-nodes"),
 		TrailingLogs:      v.GetUint64("trailing-logs"),
 		AdminAddr:         v.GetString("admin-addr"),
