@@ -78,6 +78,9 @@ type storageGuard struct {
 	log   *slog.Logger
 	fault func(error) // must not return: Config.StorageFault
 	ctx   context.Context
+	// space, when set, replaces the data dir's filesystem statistics
+	// (a unit test's full disk).
+	space func() (avail, total uint64)
 
 	full      atomic.Bool
 	fullSince atomic.Int64 // unix ms when the alarm was raised
@@ -107,10 +110,23 @@ func (g *storageGuard) failed(file, op string, err error) error {
 	return err // only a fault handler that returns (a test's) gets here
 }
 
-// ok clears the alarm after a write that reached the disk.
+// clearFree is the free space, at least, at which a write that reached
+// the disk clears the alarm: bbolt reuses the pages it freed, so writes
+// succeed now and then on a filesystem that is still full, and the alarm
+// would flap.
+func clearFree(total uint64) uint64 { return max(1<<20, total/100) }
+
+// ok clears the alarm after a write that reached the disk, once the
+// filesystem has room again.
 func (g *storageGuard) ok() {
+	if !g.full.Load() {
+		return
+	}
+	free, total := g.free()
+	if free < clearFree(total) {
+		return
+	}
 	if g.full.CompareAndSwap(true, false) {
-		free, _ := g.free()
 		g.log.Info("data dir has space again: writes resume", "data_dir", g.dir, "free_bytes", free,
 			"full_for", time.Since(time.UnixMilli(g.fullSince.Load())).Round(time.Millisecond))
 	}
@@ -119,6 +135,9 @@ func (g *storageGuard) ok() {
 // free is the space an unprivileged writer has left on the data dir's
 // filesystem, and that filesystem's size.
 func (g *storageGuard) free() (avail, total uint64) {
+	if g.space != nil {
+		return g.space()
+	}
 	var st syscall.Statfs_t
 	if err := syscall.Statfs(g.dir, &st); err != nil {
 		return 0, 0
@@ -358,6 +377,9 @@ func (m *Member) openStorage(hlog *raftLog) (*guardedStore, *guardedSnapshots, e
 
 // alarm is the disk-full alarm's text, or "".
 func (g *storageGuard) alarm() string {
+	// An idle member writes nothing that would clear the alarm once an
+	// operator freed space: looking is enough.
+	g.ok()
 	if !g.full.Load() {
 		return ""
 	}

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -44,6 +45,8 @@ func TestStorageGuard(t *testing.T) {
 	var faults []error
 	log := testkit.SyncBuffer{}
 	g := &storageGuard{dir: dir, log: slog.New(slog.NewTextHandler(&log, nil)), fault: func(err error) { faults = append(faults, err) }, ctx: t.Context()}
+	var avail atomic.Uint64
+	g.space = func() (uint64, uint64) { return avail.Load(), 100 << 20 }
 	file := filepath.Join(dir, "raft.db")
 	full := &os.PathError{Op: "write", Path: file, Err: syscall.ENOSPC}
 	if err := g.failed(file, "raft log", full); !errors.Is(err, syscall.ENOSPC) || len(faults) != 0 {
@@ -55,7 +58,14 @@ func TestStorageGuard(t *testing.T) {
 	if !log.HasLine("data dir is full", "data_dir="+dir, "free_bytes=") {
 		t.Fatalf("log: %s", log.String())
 	}
+	// A write that succeeds on a still-full filesystem (bbolt reused a
+	// page it had freed) does not clear the alarm; room does.
+	avail.Store(64 << 10)
 	g.ok()
+	if a := g.alarm(); a == "" {
+		t.Fatal("alarm cleared with 64 KiB free")
+	}
+	avail.Store(2 << 20)
 	if a := g.alarm(); a != "" || !log.HasLine("data dir has space again") {
 		t.Fatalf("alarm after a write %q; log %s", a, log.String())
 	}
