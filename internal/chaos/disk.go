@@ -235,6 +235,15 @@ func (n *nemesis) diskFault(ctx context.Context, kind string, hold func()) error
 			}
 		}
 		hold()
+		// Whether a member ran out of room depends on the writes during
+		// the hold (bbolt reuses the pages it freed): counted, so that a
+		// run shows how many fills bit.
+		for _, i := range who {
+			if b, err := os.ReadFile(c.LogPath(i)); err == nil && bytes.Count(b, []byte("data dir is full")) > n.fullSeen[i] {
+				n.fullSeen[i] = bytes.Count(b, []byte("data dir is full"))
+				n.faults["disk-full-alarm"]++
+			}
+		}
 		for _, i := range who {
 			if err := c.Unfill(i); err != nil {
 				return err

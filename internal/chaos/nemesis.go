@@ -34,6 +34,9 @@ type nemesis struct {
 	rng    *rand.Rand
 	log    io.Writer
 	faults map[string]int
+	// fullSeen counts each member's disk-full log lines seen so far
+	// (disk.go).
+	fullSeen map[int]int
 }
 
 func (n *nemesis) logf(format string, args ...any) {

@@ -134,7 +134,7 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 		w.wg.Add(1)
 		go w.watcher(i, opts.Seed, opts.Workers)
 	}
-	nem := &nemesis{c: c, kinds: opts.Faults, rng: rand.New(rand.NewPCG(opts.Seed, 7)), log: logw, faults: rep.Faults}
+	nem := &nemesis{c: c, kinds: opts.Faults, rng: rand.New(rand.NewPCG(opts.Seed, 7)), log: logw, faults: rep.Faults, fullSeen: map[int]int{}}
 	nerr := nem.run(ctx, opts.Duration)
 
 	// Recovery: everything healed and running, then a quiet moment for
