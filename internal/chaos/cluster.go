@@ -467,30 +467,6 @@ func (c *Cluster) admin(ctx context.Context, skip int, args ...string) error {
 	}
 }
 
-// Rebuild replaces member i's disk the way an operator would: stop it,
-// remove it from the ensemble, wipe its data dir, start it with --join,
-// add it back, and wait until it has caught up.
-func (c *Cluster) Rebuild(ctx context.Context, i int) error {
-	m := c.members[i]
-	if err := c.Kill(i); err != nil {
-		return err
-	}
-	if err := c.admin(ctx, i, "ensemble", "remove", m.id); err != nil {
-		return err
-	}
-	if err := c.wipe(m); err != nil {
-		return err
-	}
-	m.join = true
-	if err := c.startMember(m); err != nil {
-		return err
-	}
-	if err := c.admin(ctx, i, "ensemble", "add", m.id, m.peerProx.Addr()); err != nil {
-		return err
-	}
-	return c.WaitHealthy(ctx)
-}
-
 // status is member i's `mbrs` answer.
 func (c *Cluster) status(i int) (ensemble.Status, error) {
 	var st ensemble.Status

@@ -75,6 +75,30 @@ func (c *Cluster) dataPath(m *member) string {
 	return m.dir
 }
 
+// Rebuild replaces member i's disk the way an operator would: stop it,
+// remove it from the ensemble, wipe its data dir, start it with --join,
+// add it back, and wait until it has caught up.
+func (c *Cluster) Rebuild(ctx context.Context, i int) error {
+	m := c.members[i]
+	if err := c.Kill(i); err != nil {
+		return err
+	}
+	if err := c.admin(ctx, i, "ensemble", "remove", m.id); err != nil {
+		return err
+	}
+	if err := c.wipe(m); err != nil {
+		return err
+	}
+	m.join = true
+	if err := c.startMember(m); err != nil {
+		return err
+	}
+	if err := c.admin(ctx, i, "ensemble", "add", m.id, m.peerProx.Addr()); err != nil {
+		return err
+	}
+	return c.WaitHealthy(ctx)
+}
+
 // wipe empties member m's data dir (a mount point stays in place).
 func (c *Cluster) wipe(m *member) error {
 	dir := c.dataPath(m)
