@@ -90,9 +90,10 @@ func TestDiskFull(t *testing.T) {
 			}
 			all := true
 			for _, i := range who {
-				// With every disk full raft cannot even store a new term,
-				// so no member can answer for the ensemble's status;
-				// its log says it.
+				// With every disk full there is no leader; a member's
+				// alarm may then be seen only by the member itself
+				// (status asks the others over the peer port, and
+				// elections come and go): its log says it.
 				all = all && (alarmed(i) || !quorum && saysFull(i))
 			}
 			if all {
