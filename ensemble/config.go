@@ -89,6 +89,11 @@ type Config struct {
 	MinSessionTimeout time.Duration // default 2 ticks (4s with ZooKeeper's 2s tick)
 	MaxSessionTimeout time.Duration // default 40s
 	MaxDataBytes      int           // largest znode data; default 1 MiB like jute.maxbuffer
+	// MaxTreeNodes and MaxTreeBytes bound the tree (treequota.go):
+	// writes that would grow it past either are refused with
+	// QUOTAEXCEEDED. Defaults 1,000,000 znodes and 1 GiB.
+	MaxTreeNodes int
+	MaxTreeBytes int64
 	// MaxClientConns caps the client connections open from one IP
 	// address, as ZooKeeper's maxClientCnxns does; more are closed at
 	// once. Default 60 (ZooKeeper's); negative: no cap.
@@ -102,6 +107,13 @@ type Config struct {
 	// snapshot compacts the log.
 	SnapshotThreshold uint64 // default 8192
 	SnapshotInterval  time.Duration
+	// SnapshotRetain is how many snapshots the data dir keeps; the
+	// newest is the one that counts, the others are spares.
+	SnapshotRetain int // default 2
+	// TrailingLogs is how many log entries a snapshot leaves behind, so
+	// that a follower a little behind catches up from the log rather
+	// than with a whole snapshot.
+	TrailingLogs uint64 // default 4096
 
 	Logger *slog.Logger
 
@@ -159,6 +171,11 @@ type Config struct {
 	// CheckStore in this process. It returns a *DamagedStoreError for a
 	// file the member must not start from.
 	StoreCheck func(path string) error
+	// StorageFault is called when a write or sync of the data dir fails
+	// other than for want of space (storage.go); it must not return. nil
+	// logs the error and exits the process with status 1: a member must
+	// not serve on from a page cache the disk may not hold.
+	StorageFault func(error)
 
 	// Listeners already bound for the peer and client ports; when set they
 	// are used instead of PeerAddr and ClientAddr (tests bind port 0 first
@@ -241,6 +258,15 @@ func (c *Config) setDefaults() error {
 	if c.MaxDataBytes == 0 {
 		c.MaxDataBytes = defaultMaxData
 	}
+	if c.MaxTreeNodes == 0 {
+		c.MaxTreeNodes = defaultMaxTreeNodes
+	}
+	if c.MaxTreeBytes == 0 {
+		c.MaxTreeBytes = defaultMaxTreeBytes
+	}
+	if c.MaxTreeNodes < 0 || c.MaxTreeBytes < 0 {
+		return configError("MaxTreeNodes", "the tree's quota must be positive, not %d znodes and %d bytes", c.MaxTreeNodes, c.MaxTreeBytes)
+	}
 	if c.MaxDataBytes < 0 {
 		return configError("MaxDataBytes", "max data bytes must be positive")
 	}
@@ -261,6 +287,15 @@ func (c *Config) setDefaults() error {
 	}
 	if c.SnapshotInterval == 0 {
 		c.SnapshotInterval = 30 * time.Second
+	}
+	if c.SnapshotRetain == 0 {
+		c.SnapshotRetain = 2
+	}
+	if c.SnapshotRetain < 1 {
+		return configError("SnapshotRetain", "snapshots to retain must be at least 1, not %d", c.SnapshotRetain)
+	}
+	if c.TrailingLogs == 0 {
+		c.TrailingLogs = 4096
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)

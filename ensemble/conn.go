@@ -77,7 +77,8 @@ type connEnv struct {
 	tr     *tracker
 
 	limits     zk.Limits
-	maxFrame   int // largest request frame accepted
+	quota      *treeQuota // the member-wide tree quota (treequota.go); nil: none
+	maxFrame   int        // largest request frame accepted
 	minTimeout time.Duration
 	maxTimeout time.Duration
 	identity   CertIdentity // what of a client certificate is its x509 identity
@@ -360,7 +361,7 @@ func (c *conn) startWrite(req *zk.Request) slot {
 	xid := req.Xid
 	stats := c.env.stats
 	plan := zk.PlanWrite(req, zk.Session{ID: c.session, Auth: c.auth}, c.env.limits)
-	if plan.Txn == nil {
+	if plan.Txn == nil || c.env.quotaRefusal(&plan) {
 		zxid := h.lastZxid()
 		return slot{finish: func() []byte { return plan.Answer(xid, zxid) }}
 	}

@@ -38,17 +38,18 @@ type Member struct {
 	log *slog.Logger
 	tr  tracker // every goroutine of the member; Close waits for them
 
-	raft   *raft.Raft
-	trans  *raft.NetworkTransport
-	push   *commitPusher
-	mux    *peerMux
-	store  *raftboltdb.BoltStore
-	fsm    *fsm
-	prop   *proposer // group commit, used while leading (group.go)
-	pool   peerPool
-	health *peerHealth          // which peers answer; the waiting line and status
-	gate   *peerGate            // who may use the peer port (peergate.go)
-	peer   map[byte]peerHandler // member RPCs served on the peer port
+	raft    *raft.Raft
+	trans   *raft.NetworkTransport
+	push    *commitPusher
+	mux     *peerMux
+	store   *raftboltdb.BoltStore
+	storage *storageGuard // the data dir's disk-full alarm and fault handling (storage.go)
+	fsm     *fsm
+	prop    *proposer // group commit, used while leading (group.go)
+	pool    peerPool
+	health  *peerHealth          // which peers answer; the waiting line and status
+	gate    *peerGate            // who may use the peer port (peergate.go)
+	peer    map[byte]peerHandler // member RPCs served on the peer port
 
 	watch *watchManager
 	track *sessionTracker // session deadlines; only the leader's count
@@ -130,6 +131,7 @@ func Start(cfg Config) (*Member, error) {
 		tr:         &m.tr,
 		bounds:     &m.bounds,
 		limits:     zk.Limits{MaxData: cfg.MaxDataBytes},
+		quota:      &treeQuota{maxNodes: cfg.MaxTreeNodes, maxBytes: cfg.MaxTreeBytes, counts: m.counts, log: m.log},
 		maxFrame:   cfg.MaxDataBytes + 64<<10, // room for the path, ACLs and headers around the data
 		minTimeout: cfg.MinSessionTimeout,
 		maxTimeout: cfg.MaxSessionTimeout,

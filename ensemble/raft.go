@@ -5,15 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"path/filepath"
 	"time"
 
 	"github.com/coordrun/coordrun/ensemble/tree"
 	"github.com/coordrun/coordrun/ensemble/zk"
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
-	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
-	"go.etcd.io/bbolt"
 )
 
 // The member's raft wiring: the peer port, the transport with its commit
@@ -67,41 +64,12 @@ func (m *Member) startRaft() error {
 		Timeout: 5 * time.Second,
 		Logger:  hlog,
 	})
-	// bbolt locks its file; without a timeout a second member pointed at
-	// the same data dir would wait for that lock forever. Its free list is
-	// not written with every transaction but rebuilt when the file is
-	// opened (as Consul runs raft-boltdb): the log's head is deleted after
-	// every snapshot, so the list grows with the file's churn, and every
-	// append (which a write waits for twice, on the leader and on a
-	// follower) would write all of it. Durability is the same: the list is
-	// derived from the pages.
-	check := cfg.StoreCheck
-	if check == nil {
-		check = CheckStore
-	}
-	if err := check(filepath.Join(cfg.DataDir, "raft.db")); err != nil {
+	store, snaps, err := m.openStorage(hlog)
+	if err != nil {
 		return err
 	}
-	store, err := raftboltdb.New(raftboltdb.Options{
-		Path: filepath.Join(cfg.DataDir, "raft.db"),
-		BoltOptions: &bbolt.Options{
-			Timeout:        2 * time.Second,
-			NoFreelistSync: true,
-			FreelistType:   bbolt.FreelistMapType,
-		},
-	})
-	if errors.Is(err, bbolt.ErrTimeout) {
-		return configError("DataDir", "data dir %s is in use by another process", cfg.DataDir)
-	}
-	if err != nil {
-		return fmt.Errorf("raft store: %w", err)
-	}
-	m.store = store
-	snaps, err := raft.NewFileSnapshotStoreWithLogger(cfg.DataDir, 2, hlog)
-	if err != nil {
-		return fmt.Errorf("snapshot store: %w", err)
-	}
 	rc := raftConfig(cfg, hlog)
+	rc.TrailingLogs = cfg.TrailingLogs
 	existing, err := raft.HasExistingState(store, store, snaps)
 	if err != nil {
 		return err

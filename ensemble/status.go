@@ -34,6 +34,9 @@ type MemberStatus struct {
 	// status page do not send it.
 	Started time.Time `json:"started,omitzero"`
 	Error   string    `json:"error,omitempty"`
+	// Alarms are conditions an operator must clear, such as a full disk
+	// (storage.go); each says what and how to clear it.
+	Alarms []string `json:"alarms,omitempty"`
 }
 
 // Status is the ensemble as one member sees it, with each member's own
@@ -62,6 +65,7 @@ func (m *Member) localStatus() MemberStatus {
 		Znodes:       nodes,
 		GroupCommit:  !m.cfg.legacyEntries,
 		Started:      m.started,
+		Alarms:       m.alarms(),
 	}
 }
 

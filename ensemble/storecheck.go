@@ -26,7 +26,7 @@ func (e *DamagedStoreError) Error() string {
 	return fmt.Sprintf("%s is damaged (%v); this member will not start from it. "+
 		"Repair: move the data dir aside, remove the member from the ensemble "+
 		"(coordrun ensemble remove ID on a healthy member), start it again with an empty data dir "+
-		"and --join, then add it back (coordrun ensemble add ID=PEER-ADDR): it fetches a snapshot "+
+		"and --join, then add it back (coordrun ensemble add ID PEER-ADDR): it fetches a snapshot "+
 		"from the leader", e.File, e.Err)
 }
 

@@ -34,7 +34,7 @@ func (s pageSource) Ensemble(ctx context.Context) []statuspage.MemberReport {
 			ID: ms.ID, Role: ms.State, Leader: ms.Leader, Term: ms.Term,
 			CommitIndex: ms.CommitIndex, AppliedIndex: ms.AppliedIndex,
 			ClientAddr: ms.ClientAddr, PeerAddr: ms.PeerAddr, Started: ms.Started,
-			Sessions: ms.Sessions, Znodes: ms.Znodes, Error: ms.Error,
+			Sessions: ms.Sessions, Znodes: ms.Znodes, Error: ms.Error, Alarms: ms.Alarms,
 		})
 	}
 	return out

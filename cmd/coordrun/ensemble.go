@@ -131,6 +131,11 @@ func printStatus(w io.Writer, st ensemble.Status) {
 		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t0x%x\t%s\t%s\t%s\n", m.ID, m.State, m.Term, m.CommitIndex, m.AppliedIndex, m.LastZxid, m.ClientAddr, m.PeerAddr, m.Error)
 	}
 	tw.Flush()
+	for _, m := range st.Members {
+		for _, a := range m.Alarms {
+			fmt.Fprintf(w, "alarm: member %s: %s\n", m.ID, a)
+		}
+	}
 	if st.Leader == "" {
 		fmt.Fprintln(w, "leader: none")
 	} else {

@@ -52,10 +52,15 @@ from it; --peers only matters the first time.
 	f.Duration("min-session-timeout", 4*time.Second, "smallest session timeout granted")
 	f.Duration("max-session-timeout", 40*time.Second, "largest session timeout granted")
 	f.Int("max-data-bytes", 1<<20, "largest znode data accepted")
+	f.Int("max-tree-nodes", 1_000_000, "znodes the tree may hold: writes that would create more are refused (QUOTAEXCEEDED) until znodes are deleted")
+	f.String("max-tree-bytes", "1GiB", "bytes of paths and data the tree may hold, with a unit (e.g. 512MiB): writes that would grow it past this are refused (QUOTAEXCEEDED)")
 	f.Int("max-client-conns", 60, "client connections open at once from one IP address (ZooKeeper's maxClientCnxns); 0: no cap")
 	f.Duration("heartbeat-timeout", 300*time.Millisecond, "raft heartbeat timeout: a follower that hears nothing from the leader for about 1-2x this long starts an election")
 	f.Duration("election-timeout", 300*time.Millisecond, "raft election timeout: how long a candidate waits for votes")
 	f.Uint64("snapshot-threshold", 8192, "log entries between snapshots")
+	f.Duration("snapshot-interval", 30*time.Second, "how often the member looks whether --snapshot-threshold entries have accumulated (with jitter)")
+	f.Int("snapshot-retain", 2, "snapshots kept in the data dir (the newest and spares); older ones are deleted")
+	f.Uint64("trailing-logs", 4096, "log entries kept behind a snapshot, so that a follower a little behind catches up without a whole snapshot")
 	f.String("admin-addr", "", "address for the admin HTTP listener: /metrics, /healthz, /readyz and the status page at / (default off; e.g. 127.0.0.1:8080)")
 	f.Bool("admin-pprof", false, "also serve Go's profiles under /debug/pprof/ on the admin listener")
 	f.StringSlice("admin-allow", nil, "client networks (CIDR) or addresses besides loopback that the admin listener answers: metrics, health, pprof and the status page (e.g. a monitoring network)")
@@ -110,6 +115,10 @@ func runServer(cmd *cobra.Command, _ []string) error {
 		HeartbeatTimeout:  v.GetDuration("heartbeat-timeout"),
 		ElectionTimeout:   v.GetDuration("election-timeout"),
 		SnapshotThreshold: v.GetUint64("snapshot-threshold"),
+		SnapshotRetain:    v.GetInt("snapshot-retain"),
+		SnapshotInterval:  v.GetDuration("snapshot-interval"),
+		MaxTreeNodes:      v.GetInt("max-tree-nodes"),
+		TrailingLogs:      v.GetUint64("trailing-logs"),
 		AdminAddr:         v.GetString("admin-addr"),
 		Pprof:             v.GetBool("admin-pprof"),
 		StatusLockRoot:    v.GetString("status-lock-root"),
@@ -187,6 +196,12 @@ func runServer(cmd *cobra.Command, _ []string) error {
 		}
 	}
 	cfg.InsecurePeers = v.GetBool("insecure-peers")
+	if cfg.MaxTreeBytes, err = ensemble.ParseSize(v.GetString("max-tree-bytes")); err != nil {
+		return usageError{fmt.Errorf("--max-tree-bytes: %w", err)}
+	}
+	if cfg.MaxTreeNodes < 1 || cfg.MaxTreeBytes < 1 {
+		return usageError{errors.New("--max-tree-nodes and --max-tree-bytes must be positive: they bound the tree; raise them rather than remove them")}
+	}
 	cfg.StoreCheck = checkStoreInChild
 	warnReadableSecret(log, v.ConfigFileUsed(), v.InConfig("super-digest"))
 	m, err := ensemble.Start(cfg)

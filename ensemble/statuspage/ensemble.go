@@ -50,6 +50,7 @@ type MemberView struct {
 	Started    time.Time `json:"started,omitzero"`
 	Sessions   int       `json:"sessions"`
 	Znodes     int       `json:"znodes"`
+	Alarms     []string  `json:"alarms,omitempty"`
 }
 
 // ensembleView judges the reports: self is the serving member's id.
@@ -80,13 +81,16 @@ func ensembleView(self string, reports []MemberReport) EnsembleView {
 		ref = maxCommit
 	}
 	reachable := 0
-	var down, behind []string
+	var down, behind, alarms []string
 	for _, r := range reports {
 		m := MemberView{
 			ID: r.ID, Role: r.Role, Leader: r.ID == v.Leader && v.Leader != "", Self: r.ID == self,
 			Term: r.Term, CommitIndex: r.CommitIndex, AppliedIndex: r.AppliedIndex,
 			Reachable: r.Error == "", Error: r.Error, ClientAddr: r.ClientAddr, PeerAddr: r.PeerAddr,
-			Started: r.Started, Sessions: r.Sessions, Znodes: r.Znodes,
+			Started: r.Started, Sessions: r.Sessions, Znodes: r.Znodes, Alarms: r.Alarms,
+		}
+		for _, a := range r.Alarms {
+			alarms = append(alarms, r.ID+": "+a)
 		}
 		if m.Reachable {
 			reachable++
@@ -109,7 +113,7 @@ func ensembleView(self string, reports []MemberReport) EnsembleView {
 		v.Health, v.Reason = HealthUnavailable, "no leader known"
 	case reachable <= n/2:
 		v.Health, v.Reason = HealthUnavailable, fmt.Sprintf("%d of %d members reachable: no quorum", reachable, n)
-	case len(down) > 0 || len(behind) > 0:
+	case len(down) > 0 || len(behind) > 0 || len(alarms) > 0:
 		v.Health = HealthDegraded
 		var parts []string
 		if len(down) > 0 {
@@ -117,6 +121,9 @@ func ensembleView(self string, reports []MemberReport) EnsembleView {
 		}
 		if len(behind) > 0 {
 			parts = append(parts, "behind: "+strings.Join(behind, ", "))
+		}
+		if len(alarms) > 0 {
+			parts = append(parts, "alarms: "+strings.Join(alarms, "; "))
 		}
 		v.Reason = strings.Join(parts, "; ")
 	default:

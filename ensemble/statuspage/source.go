@@ -55,6 +55,8 @@ type MemberReport struct {
 	Znodes   int
 	// Error is why the member could not be asked; "" when it answered.
 	Error string
+	// Alarms are the member's raised alarms (a full disk, say).
+	Alarms []string
 }
 
 // Counters are the serving member's figures at one moment.

@@ -51,6 +51,12 @@ type Config struct {
 	Members int       // 3 or 5 (default 3)
 	Args    []string  // extra server flags, after the harness's own
 	Log     io.Writer // harness progress; nil discards
+	// DiskBytes, when set, puts every member's data dir on a tmpfs of
+	// this size of its own (disk.go), which Fill can fill.
+	DiskBytes int64
+	// Failpoints: the binary is built with -tags failpoint, and
+	// ArmFailpoints fails a member's writes (disk.go).
+	Failpoints bool
 }
 
 // Cluster is a running ensemble. Member i has id i+1 and its own loopback
@@ -78,7 +84,8 @@ type member struct {
 	clientProxy, peerProx *testkit.Proxy // what clients and the other members dial
 	proc                  *testkit.Process
 	paused                bool
-	join                  bool // rebuilt: its data dir came from the others
+	join                  bool        // rebuilt: its data dir came from the others
+	disk                  *diskHolder // its small filesystem, with Config.DiskBytes
 }
 
 // memberIP is member i's own loopback address; all of 127/8 reaches lo.
@@ -148,6 +155,13 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 			c.Close()
 			return nil, err
 		}
+		c.members = append(c.members, m)
+		if cfg.DiskBytes > 0 {
+			if m.disk, err = startHolder(m.dir, cfg.DiskBytes); err != nil {
+				c.Close()
+				return nil, err
+			}
+		}
 		// The member binds them a moment later; nothing else on its
 		// private address competes for them.
 		addrs, err := testkit.FindFreeAddrs(m.ip, 2)
@@ -174,7 +188,6 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 			c.Close()
 			return nil, err
 		}
-		c.members = append(c.members, m)
 		c.layout.Dirs = append(c.layout.Dirs, m.dir)
 		c.layout.ClientAddrs = append(c.layout.ClientAddrs, m.clientReal)
 		c.layout.PeerAddrs = append(c.layout.PeerAddrs, m.peerReal)
@@ -205,14 +218,16 @@ func (c *Cluster) startMember(m *member) error {
 	if m.join {
 		extra = append(extra, "--join")
 	}
-	if err := os.MkdirAll(m.dir, 0o755); err != nil {
+	if err := os.MkdirAll(c.dataPath(m), 0o755); err != nil {
 		return err
 	}
 	logf, err := os.OpenFile(m.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return err
 	}
-	p, err := c.layout.Start(m.idx, logf, extra...)
+	cmd := c.memberCommand(m, c.layout.ServerArgs(m.idx, extra...))
+	cmd.Stdout, cmd.Stderr = logf, logf
+	p, err := testkit.StartProcess(cmd)
 	logf.Close() // the member has its own copy
 	if err != nil {
 		return err
@@ -452,33 +467,6 @@ func (c *Cluster) admin(ctx context.Context, skip int, args ...string) error {
 	}
 }
 
-// Rebuild replaces member i's disk the way an operator would: stop it,
-// remove it from the ensemble, wipe its data dir, start it with --join,
-// add it back, and wait until it has caught up.
-func (c *Cluster) Rebuild(ctx context.Context, i int) error {
-	m := c.members[i]
-	if err := c.Kill(i); err != nil {
-		return err
-	}
-	if err := c.admin(ctx, i, "ensemble", "remove", m.id); err != nil {
-		return err
-	}
-	if err := os.RemoveAll(m.dir); err != nil {
-		return err
-	}
-	if err := os.MkdirAll(m.dir, 0o755); err != nil {
-		return err
-	}
-	m.join = true
-	if err := c.startMember(m); err != nil {
-		return err
-	}
-	if err := c.admin(ctx, i, "ensemble", "add", m.id, m.peerProx.Addr()); err != nil {
-		return err
-	}
-	return c.WaitHealthy(ctx)
-}
-
 // status is member i's `mbrs` answer.
 func (c *Cluster) status(i int) (ensemble.Status, error) {
 	var st ensemble.Status
@@ -574,6 +562,9 @@ func (c *Cluster) Close() {
 		}
 		if m.peerProx != nil {
 			m.peerProx.Close()
+		}
+		if m.disk != nil {
+			m.disk.close()
 		}
 	}
 }

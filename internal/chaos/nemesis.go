@@ -18,6 +18,11 @@ const (
 	FaultOneWay          = "one-way"          // peer bytes dropped in one direction only
 	FaultClientCut       = "client-cut"       // clients cannot reach a member
 	FaultRebuild         = "rebuild"          // a member's disk wiped and rebuilt from the others
+	// Disk faults (disk.go); they need Config.Failpoints or DiskBytes.
+	FaultFsync       = "fsync-fail"        // a member's fsync fails: it stops, and is restarted
+	FaultFsyncLeader = "fsync-fail-leader" // the same on the leader
+	FaultDiskFull    = "disk-full"         // a member's filesystem filled, then freed
+	FaultDiskFullAll = "disk-full-all"     // every member's filesystem filled, then freed
 )
 
 var faultKinds = []string{FaultKill, FaultKillLeader, FaultPause, FaultPartitionLeader,
@@ -25,9 +30,13 @@ var faultKinds = []string{FaultKill, FaultKillLeader, FaultPause, FaultPartition
 
 type nemesis struct {
 	c      *Cluster
+	kinds  []string // what it picks from; nil: faultKinds
 	rng    *rand.Rand
 	log    io.Writer
 	faults map[string]int
+	// fullSeen counts each member's disk-full log lines seen so far
+	// (disk.go).
+	fullSeen map[int]int
 }
 
 func (n *nemesis) logf(format string, args ...any) {
@@ -56,7 +65,11 @@ func (n *nemesis) run(ctx context.Context, d time.Duration) error {
 	rebuilt := false
 	for time.Since(start) < d && ctx.Err() == nil {
 		n.pace(300*time.Millisecond, 1200*time.Millisecond)
-		kind := faultKinds[n.rng.IntN(len(faultKinds))]
+		kinds := n.kinds
+		if len(kinds) == 0 {
+			kinds = faultKinds
+		}
+		kind := kinds[n.rng.IntN(len(kinds))]
 		if !rebuilt && time.Since(start) > d/2 {
 			kind, rebuilt = FaultRebuild, true
 		}
@@ -136,6 +149,8 @@ func (n *nemesis) inject(ctx context.Context, kind string) error {
 		rctx, cancel := context.WithTimeout(ctx, 90*time.Second)
 		defer cancel()
 		return c.Rebuild(rctx, i)
+	case FaultFsync, FaultFsyncLeader, FaultDiskFull, FaultDiskFullAll:
+		return n.diskFault(ctx, kind, hold)
 	}
 	hold()
 	c.Heal()

@@ -26,6 +26,9 @@ type Options struct {
 	Workers  int // default 4
 	Watchers int // default 2
 	Keys     int // registers, default 4
+	// Faults are the kinds the nemesis picks from (Fault*); nil: the
+	// process and network faults. A disk rebuild happens in every run.
+	Faults []string
 	// KeepDir receives the history and visualization when a check fails;
 	// default: Cluster.Dir.
 	KeepDir string
@@ -131,7 +134,7 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 		w.wg.Add(1)
 		go w.watcher(i, opts.Seed, opts.Workers)
 	}
-	nem := &nemesis{c: c, rng: rand.New(rand.NewPCG(opts.Seed, 7)), log: logw, faults: rep.Faults}
+	nem := &nemesis{c: c, kinds: opts.Faults, rng: rand.New(rand.NewPCG(opts.Seed, 7)), log: logw, faults: rep.Faults, fullSeen: map[int]int{}}
 	nerr := nem.run(ctx, opts.Duration)
 
 	// Recovery: everything healed and running, then a quiet moment for
