@@ -50,7 +50,7 @@ func printLocks(w io.Writer, locks []supervisor.LockState) {
 	var warnings []string
 	for _, l := range locks {
 		if s := l.Stopping; s != nil {
-			row(tw, l.Name, "stopping", recipe.Contender{Node: s.Node, Token: s.Token, Info: s.Info})
+			row(tw, l.Name, "stopping", recipe.Contender{Node: s.Node, Token: s.Token, Info: s.HolderInfo})
 		}
 		switch {
 		case l.Unreadable:

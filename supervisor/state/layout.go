@@ -51,6 +51,9 @@ func (p CronPaths) Triggers() string { return path.Join(p.Dir(), "triggers") }
 // Firing is the record of the firing scheduled at t.
 func (p CronPaths) Firing(t time.Time) string { return path.Join(p.Firings(), FiringName(t)) }
 
+// FiringNamed is the firing record named name (FiringName, TriggeredName).
+func (p CronPaths) FiringNamed(name string) string { return path.Join(p.Firings(), name) }
+
 // Host is the record of a live host.
 func (p CronPaths) Host(name string) string { return path.Join(p.Hosts(), name) }
 
