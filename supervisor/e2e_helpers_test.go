@@ -206,7 +206,9 @@ func randHex(n int) string {
 
 // store is c as the supervisor's engine sees it; what it creates gets its
 // folder's ACL, as the cron commands' records do.
-func store(c *client.Client) *zkengine.Conn { return zkengine.New(c, zkengine.Options{InheritACL: true}) }
+func store(c *client.Client) *zkengine.Conn {
+	return zkengine.New(c, zkengine.Options{InheritACL: true})
+}
 
 func ms(d time.Duration) string { return d.Round(time.Millisecond).String() }
 
