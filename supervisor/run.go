@@ -17,6 +17,7 @@ import (
 	"path"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -273,6 +274,11 @@ func (h *holding) run(ctx context.Context, spec jobSpec, armed *guardedJob) (int
 	job.Go(s.deadline(s.conn.Lease()), spec.lockEnv)
 	sessionLost, timedOut := false, false
 	var lost *engine.Loss
+	// The retake of the run record must be over before the caller
+	// releases the lock: one made after the release would hold the lock
+	// for this session (under cron, until the cron process ends).
+	var retake sync.WaitGroup
+	defer retake.Wait()
 	var limit <-chan time.Time
 	if h.maxRuntime > 0 {
 		t := time.NewTimer(h.maxRuntime)
@@ -297,7 +303,9 @@ func (h *holding) run(ctx context.Context, spec jobSpec, armed *guardedJob) (int
 				log.Error("lock lost: another client deleted or changed this holder's node; stopping the job",
 					"node", loss.Node, "event", loss.Event, "revision", loss.Revision)
 				job.Stop()
+				retake.Add(1)
 				go func() {
+					defer retake.Done()
 					hctx, cancel := context.WithTimeout(ctx, s.conn.Timeout())
 					defer cancel()
 					h.e.Retake(hctx, loss)
