@@ -326,13 +326,13 @@ func (h *holding) run(ctx context.Context, spec jobSpec, armed *guardedJob) (int
 		case <-job.Done():
 			r := job.Result()
 			switch {
-			case r.Reason == ReasonDeadline:
+			case r.Reason == reasonDeadline:
 				return ExitSessionLost, fmt.Errorf("session lease ran out; job killed (exit %d)", r.Code)
-			case sessionLost && (r.Reason == ReasonStopped || r.Reason == ReasonWatchdogDied):
+			case sessionLost && (r.Reason == reasonStopped || r.Reason == reasonWatchdogDied):
 				return ExitSessionLost, fmt.Errorf("session lost; job killed (exit %d)", r.Code)
 			case lost != nil:
 				return ExitLockLost, fmt.Errorf("lock lost (%s); job stopped (exit %d)", *lost, r.Code)
-			case timedOut && r.Reason == ReasonStopped:
+			case timedOut && r.Reason == reasonStopped:
 				return r.Code, fmt.Errorf("%w after %v (exit %d)", errTimedOut, h.maxRuntime, r.Code)
 			}
 			log.Info("job finished", "exit", r.Code, "signal", r.Signal)
