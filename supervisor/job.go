@@ -28,7 +28,7 @@ type jobResult struct {
 // is valid after that.
 type guardedJob struct {
 	wd      *exec.Cmd
-	mu      sync.Mutex
+	mu      sync.Mutex // guards ctrl, and the writes of control messages to it
 	ctrl    *os.File
 	started chan int // the job's pid
 	done    chan struct{}

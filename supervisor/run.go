@@ -153,7 +153,9 @@ func waitForLock(ctx context.Context, o Options, e engine.Entry, sigs *signalPum
 		wctx, tcancel = context.WithTimeout(wctx, o.Timeout)
 		defer tcancel()
 	}
-	go sigs.cancelOnStop(wctx, cancel)
+	stopWatched := make(chan struct{})
+	go func() { defer close(stopWatched); sigs.cancelOnStop(wctx, cancel) }()
+	defer func() { cancel(); <-stopWatched }()
 	sl := newStatusLine(o.Status, o.TTY, o.Name, o.Log)
 	status := func(st engine.Status) {
 		sl.update(st)

@@ -107,6 +107,7 @@ func guardSignals() <-chan os.Signal {
 	// the supervisor's forwarded INT/HUP/QUIT with default handling.
 	terminal := make(chan os.Signal, 8)
 	signal.Notify(terminal, syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT)
+	// Drains for the watchdog process's whole life: not joined.
 	go func() {
 		for range terminal {
 		}
@@ -158,6 +159,7 @@ func startJob(argv, env []string) (*exec.Cmd, int) {
 func guard(cmd *exec.Cmd, plan *killPlan, ctrl <-chan string, sigs <-chan os.Signal, rep io.Writer) int {
 	pgid := cmd.Process.Pid
 	exited := make(chan syscall.WaitStatus, 1)
+	// Ends with the job, which guard waits for.
 	go func() {
 		_ = cmd.Wait()
 		exited <- cmd.ProcessState.Sys().(syscall.WaitStatus)
