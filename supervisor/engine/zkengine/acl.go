@@ -1,9 +1,7 @@
-package supervisor
+package zkengine
 
 import (
 	"context"
-	"crypto/sha1"
-	"encoding/base64"
 	"log/slog"
 	"sort"
 	"strings"
@@ -11,6 +9,7 @@ import (
 	"github.com/coordrun/coordrun/ensemble/client"
 	"github.com/coordrun/coordrun/ensemble/client/recipe"
 	"github.com/coordrun/coordrun/ensemble/wire"
+	"github.com/coordrun/coordrun/ensemble/zk"
 )
 
 // ACLs of what coordrun creates. Any client that may delete a lock's nodes
@@ -20,22 +19,6 @@ import (
 // records (who runs what, where, and a cron run's output) from everyone
 // else's eyes unless --acl grants them read.
 
-// ParseACL reads an ACL in zkCli's notation (see recipe.ParseACL).
-func ParseACL(s string) ([]wire.ACL, error) { return recipe.ParseACL(s) }
-
-// FormatACL writes an ACL in the notation ParseACL reads.
-func FormatACL(acl []wire.ACL) string { return recipe.FormatACL(acl) }
-
-// OpenToAll reports whether anyone may delete or change nodes under an ACL.
-func OpenToAll(acl []wire.ACL) bool { return recipe.OpenToAll(acl) }
-
-// digestID is ZooKeeper's digest identity of "user:password".
-func digestID(userPass string) string {
-	user, _, _ := strings.Cut(userPass, ":")
-	sum := sha1.Sum([]byte(userPass))
-	return user + ":" + base64.StdEncoding.EncodeToString(sum[:])
-}
-
 // sessionIdentities are the identities the session is authenticated as
 // that other hosts can share: digest users (computed here: whoAmI names
 // only the user) and what the server reports for other schemes, such as a
@@ -44,7 +27,7 @@ func digestID(userPass string) string {
 func sessionIdentities(ctx context.Context, c *client.Client, auth []client.Auth) (ids []wire.ID, known bool) {
 	for _, a := range auth {
 		if a.Scheme == "digest" {
-			ids = append(ids, wire.ID{Scheme: "digest", ID: digestID(string(a.Secret))})
+			ids = append(ids, wire.ID{Scheme: "digest", ID: zk.DigestID(string(a.Secret))})
 		}
 	}
 	infos, err := c.WhoAmI(ctx)
@@ -68,7 +51,7 @@ func sessionIdentities(ctx context.Context, c *client.Client, auth []client.Auth
 // what a job prints is for whoever runs it, unless they say otherwise.
 // Without credentials there is no identity to restrict to: --acl is the
 // whole ACL, and without it the open one, with a warning.
-func lockACL(ctx context.Context, o ConnOptions, c *client.Client, log *slog.Logger) ([]wire.ACL, error) {
+func lockACL(ctx context.Context, o DialOptions, c *client.Client, log *slog.Logger) ([]wire.ACL, error) {
 	ids, known := sessionIdentities(ctx, c, o.Auth)
 	var own []wire.ACL
 	for _, id := range ids {
@@ -84,7 +67,7 @@ func lockACL(ctx context.Context, o ConnOptions, c *client.Client, log *slog.Log
 		return client.OpenACL, nil
 	}
 	acl := recordACL(own, o.ACL)
-	log.Debug("lock nodes get this ACL", "acl", FormatACL(acl))
+	log.Debug("lock nodes get this ACL", "acl", recipe.FormatACL(acl))
 	return acl, nil
 }
 
@@ -120,7 +103,7 @@ func sameACL(a, b []wire.ACL) bool {
 	key := func(acl []wire.ACL) string {
 		parts := make([]string, len(acl))
 		for i, x := range acl {
-			parts[i] = FormatACL([]wire.ACL{x})
+			parts[i] = recipe.FormatACL([]wire.ACL{x})
 		}
 		sort.Strings(parts)
 		return strings.Join(parts, ",")
@@ -128,11 +111,12 @@ func sameACL(a, b []wire.ACL) bool {
 	return key(a) == key(b)
 }
 
-// reportFolderACL logs, once, a lock folder whose ACL is not the one this
-// run would have given it. The folder is used as it is: changing an ACL
-// someone set is an administrator's decision.
-func reportFolderACL(ctx context.Context, c *client.Client, dir string, want []wire.ACL, log *slog.Logger) {
-	got, _, err := c.GetACL(ctx, dir)
+// ReportFolderAccess logs a lock folder whose ACL is not the one this
+// session would have given it. The folder is used as it is: changing an
+// ACL someone set is an administrator's decision.
+func (z *Conn) ReportFolderAccess(ctx context.Context, dir string) {
+	got, _, err := z.c.GetACL(ctx, dir)
+	want, log := z.o.ACL, z.log
 	if err != nil {
 		return
 	}
@@ -143,8 +127,8 @@ func reportFolderACL(ctx context.Context, c *client.Client, dir string, want []w
 	}
 	switch {
 	case !sameACL(got, want):
-		log.Warn("lock folder has another ACL than configured; using it as it is", "folder", dir, "acl", FormatACL(got), "configured", FormatACL(want))
-	case OpenToAll(got):
-		log.Warn("lock folder is open to every client: anyone can delete its nodes", "folder", dir, "acl", FormatACL(got))
+		log.Warn("lock folder has another ACL than configured; using it as it is", "folder", dir, "acl", recipe.FormatACL(got), "configured", recipe.FormatACL(want))
+	case recipe.OpenToAll(got):
+		log.Warn("lock folder is open to every client: anyone can delete its nodes", "folder", dir, "acl", recipe.FormatACL(got))
 	}
 }

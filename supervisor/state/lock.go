@@ -1,0 +1,84 @@
+package state
+
+import (
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Names in a lock's folder.
+const (
+	// LockNodePrefix starts every queue entry's name: "lock-<id>-<seq>".
+	LockNodePrefix = "lock-"
+	// RunNode is the name of the holder's run record.
+	RunNode = "run"
+)
+
+// The lock folder's own record names its last holder: "held NODE",
+// "stopping NODE" or "released NODE", NODE a queue entry's base name.
+const (
+	RecordHeld     = "held "
+	RecordStopping = "stopping "
+	RecordReleased = "released "
+)
+
+// HolderInfo is the record of a contender's queue entry: who is waiting
+// or holding, for people reading the queue, and how long its work can
+// outlive its standing, for its successor.
+type HolderInfo struct {
+	Host    string    `json:"host"`
+	PID     int       `json:"pid"`
+	User    string    `json:"user"`
+	Command string    `json:"command"`
+	Since   time.Time `json:"since"`
+	// SessionTimeoutMS and KillGraceMS bound how long the contender's work
+	// can outlive its standing: its lease, then the time it takes to stop.
+	// A successor that suspects interference waits that long.
+	SessionTimeoutMS int64 `json:"session_timeout_ms,omitempty"`
+	KillGraceMS      int64 `json:"kill_grace_ms,omitempty"`
+}
+
+// KillSlack is added to a contender's own bound: the kill of its work
+// must land and the processes be reaped.
+const KillSlack = 100 * time.Millisecond
+
+// Outlives is how long after it loses its standing a contender's work may
+// still go on: until its lease runs out, then its kill grace.
+func (i HolderInfo) Outlives() time.Duration {
+	return time.Duration(i.SessionTimeoutMS+i.KillGraceMS)*time.Millisecond + KillSlack
+}
+
+// RunInfo is the run record: the holder and since when it holds.
+type RunInfo struct {
+	Node  string `json:"node"` // the holder's queue entry, its base name
+	Token int64  `json:"token"`
+	HolderInfo
+	// Stopping: the holder lost its standing and keeps the run record
+	// only until its work is over.
+	Stopping bool `json:"stopping,omitempty"`
+}
+
+// Contender is one entry in a lock's queue as a reader sees it.
+type Contender struct {
+	Node  string     `json:"node"`
+	Token int64      `json:"token"` // the entry's creation revision: the fencing token it holds with
+	Info  HolderInfo `json:"info"`  // for the holder, Since is when it took the lock
+	// Holding: this contender owns the run record (for the queue's head:
+	// it holds the lock, rather than being about to take it).
+	Holding bool `json:"holding,omitempty"`
+}
+
+// QueueSeq is the sequence number the store appended to a queue entry's
+// name ("lock-<id>-<seq>"), or -1 for a name that is not a queue entry
+// (the run record among them). Entries of older supervisors carry no id.
+func QueueSeq(name string) int64 {
+	i := strings.LastIndexByte(name, '-')
+	if !strings.HasPrefix(name, LockNodePrefix) || i < 0 {
+		return -1
+	}
+	n, err := strconv.ParseInt(name[i+1:], 10, 64)
+	if err != nil || n < 0 {
+		return -1
+	}
+	return n
+}
