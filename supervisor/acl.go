@@ -144,7 +144,7 @@ func reportFolderACL(ctx context.Context, c *client.Client, dir string, want []w
 	switch {
 	case !sameACL(got, want):
 		log.Warn("lock folder has another ACL than configured; using it as it is", "folder", dir, "acl", FormatACL(got), "configured", FormatACL(want))
-	case OpenToAll(got):
+	case OpenToAll(got) && !OpenToAll(want): // else lockACL said it: one notice per process
 		log.Warn("lock folder is open to every client: anyone can delete its nodes", "folder", dir, "acl", FormatACL(got))
 	}
 }

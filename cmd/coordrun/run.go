@@ -43,10 +43,15 @@ func addRunFlags(cmd *cobra.Command) {
 	addSessionFlags(cmd)
 	f := cmd.Flags()
 	f.String("root", "/coordrun/locks", "znode folder holding every lock")
-	f.String("name", "", "lock name (default: the command's base name)")
+	f.String("name", "", "lock name (default: the command's base name and a hash of the whole command line, as backup-3f2a9c1e; see --help)")
 	f.Duration("lock-delay", 0, "after a holder's session ended without releasing, wait this long before starting")
 	f.Duration("timeout", 0, "wait at most this long for the lock (0: forever)")
 	f.Bool("try", false, "do not wait: exit 75 if the lock is held")
+	f.Int("conflict-exit-code", supervisor.ExitNotAcquired, "exit code when the lock is not acquired (--try, --timeout), as flock -E; 0 makes losing a success")
+	if cmd.Annotations == nil {
+		cmd.Annotations = map[string]string{}
+	}
+	cmd.Annotations[quietByDefault] = "yes"
 }
 
 func newRunCommand() *cobra.Command {
@@ -100,9 +105,24 @@ func runRun(cmd *cobra.Command, args []string) error {
 	if err := opts.Validate(); err != nil {
 		return usageError{err}
 	}
-	if !v.GetBool("quiet") {
-		fmt.Fprintf(cmd.ErrOrStderr(), "coordrun: lock %q\n", opts.Name)
+	conflict := v.GetInt("conflict-exit-code")
+	if conflict < 0 || conflict > 255 {
+		return usageError{fmt.Errorf("--conflict-exit-code %d: want 0 to 255", conflict)}
+	}
+	if v.GetString("name") == "" {
+		sc.log.Info("lock named after the command line (--name chooses one)", "lock", opts.Name)
+	} else {
+		sc.log.Info("lock", "lock", opts.Name)
 	}
 	// Signals are handled by the supervisor, not by cancelling a context.
-	return exitFrom(supervisor.Run(context.Background(), opts))
+	code, err := supervisor.Run(context.Background(), opts)
+	if code == supervisor.ExitNotAcquired {
+		code = conflict
+		// Under -q losing is the expected outcome on every host but one
+		// (a crontab's --try): the exit code says it, mail does not.
+		if v.GetBool("quiet") {
+			err = nil
+		}
+	}
+	return exitFrom(code, err)
 }

@@ -64,11 +64,16 @@ func addSessionFlags(cmd *cobra.Command) {
 	f.String("acl", "", "entries added to the ACL of the nodes coordrun creates, scheme:id:perms,... e.g. world:anyone:r (default: only the session's identities, cdrwa, with credentials; else the open ACL)")
 	f.String("record-command", supervisor.RecordName, "what lock and cron records show of the command: name (its base name) or full (the whole command line, arguments and all)")
 	f.Bool("shell", false, "run the command through sh -c")
-	f.BoolP("verbose", "v", false, "log more")
-	f.BoolP("quiet", "q", false, "log only errors")
+	f.BoolP("verbose", "v", false, "log what coordrun does (the lock's name, waiting, acquired, the job's end)")
+	f.BoolP("quiet", "q", false, "log only errors; a lock not acquired (--try, --timeout) is said by the exit code alone")
 	f.String("log-format", "text", "log format on stderr: text or json")
 	addClientTLSFlags(f)
 }
+
+// quietByDefault marks a command (run) that logs only warnings and errors
+// unless -v: it runs from crontabs, where any line of its own is mail from
+// every host on every run, and a job's output is the job's to give.
+const quietByDefault = "coordrun.quiet-by-default"
 
 // sessionConfig is what the flags of addSessionFlags configure.
 type sessionConfig struct {
@@ -82,6 +87,9 @@ type sessionConfig struct {
 // caller must signal.Stop(cfg.job.Signals).
 func sessionOptions(cmd *cobra.Command, v *viper.Viper) (sessionConfig, error) {
 	level := "info"
+	if cmd.Annotations[quietByDefault] != "" {
+		level = "warn"
+	}
 	if v.GetBool("verbose") {
 		level = "debug"
 	}

@@ -1,0 +1,164 @@
+package main
+
+// What a new operator meets first: what coordrun run prints on a good
+// day, what a losing --try says, which lock a command takes.
+
+import (
+	"bytes"
+	"context"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/coordrun/coordrun/ensemble"
+	"github.com/coordrun/coordrun/internal/testkit"
+	"github.com/coordrun/coordrun/supervisor"
+)
+
+// firstHourMember starts a one-member ensemble in this process and
+// returns its client address.
+func firstHourMember(t *testing.T) string {
+	t.Helper()
+	pl, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := ensemble.Start(ensemble.Config{
+		ID:                "1",
+		DataDir:           t.TempDir(),
+		PeerListener:      pl,
+		ClientListener:    cl,
+		ClientAddr:        cl.Addr().String(),
+		Peers:             []ensemble.Peer{{ID: "1", Addr: pl.Addr().String()}},
+		MinSessionTimeout: 500 * time.Millisecond,
+		HeartbeatTimeout:  time.Second,
+		ElectionTimeout:   time.Second,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	return cl.Addr().String()
+}
+
+// firstHourExec runs the binary with args and extra environment, and
+// returns its stdout, stderr and exit code (-1 if it outlived limit).
+func firstHourExec(t *testing.T, limit time.Duration, env []string, args ...string) (string, string, int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, procBin, args...)
+	cmd.Env = append(procEnv(), env...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	code := 0
+	if err != nil {
+		code = -1
+		if ee, ok := err.(*exec.ExitError); ok && ctx.Err() == nil {
+			code = ee.ExitCode()
+		}
+	}
+	return stdout.String(), stderr.String(), code
+}
+
+// A successful run prints nothing of coordrun's own: from a crontab with
+// MAILTO every line is mail from every host on every run. The open-ACL
+// notice comes once, not once per step; -v says what coordrun did.
+func TestRunQuietByDefault(t *testing.T) {
+	addr := firstHourMember(t)
+	out, stderr, code := firstHourExec(t, 30*time.Second, nil, "run", "--servers", addr, "--auth", "ops:secret", "--", "echo", "job says hi")
+	if code != 0 || out != "job says hi\n" || stderr != "" {
+		t.Errorf("run with credentials: exit %d, stdout %q, stderr %q; want 0, the job's line, nothing", code, out, stderr)
+	}
+	_, stderr, code = firstHourExec(t, 30*time.Second, nil, "run", "--servers", addr, "--root", "/open", "--", "true")
+	if lines := strings.Split(strings.TrimSpace(stderr), "\n"); code != 0 || len(lines) != 1 || !strings.Contains(stderr, "open ACL") {
+		t.Errorf("run without credentials: exit %d, stderr %q; want one ACL notice", code, stderr)
+	}
+	_, stderr, code = firstHourExec(t, 30*time.Second, nil, "run", "-v", "--servers", addr, "--auth", "ops:secret", "--", "true")
+	for _, want := range []string{"lock named after the command line", "lock acquired", "job finished"} {
+		if code != 0 || !strings.Contains(stderr, want) {
+			t.Errorf("run -v: exit %d, stderr lacks %q:\n%s", code, want, stderr)
+		}
+	}
+}
+
+// A losing --try under -q says it by its exit code alone, which
+// --conflict-exit-code chooses (flock -E).
+func TestRunTryQuietConflictCode(t *testing.T) {
+	addr := firstHourMember(t)
+	started := filepath.Join(t.TempDir(), "started")
+	holder := procStart(t, "holder", "run", "-q", "--servers", addr, "--auth", "ops:secret", "--name", "contended", "--", "sh", "-c", "touch "+started+"; exec sleep 600")
+	testkit.WaitFor(t, 30*time.Second, "the holder's job to start", func() bool {
+		_, err := os.Stat(started)
+		return err == nil || !holder.Running()
+	})
+	try := []string{"run", "--servers", addr, "--auth", "ops:secret", "--name", "contended", "--try"}
+	for _, c := range []struct {
+		flags  []string
+		code   int
+		stderr string
+	}{
+		{[]string{"-q"}, supervisor.ExitNotAcquired, ""},
+		{[]string{"-q", "--conflict-exit-code", "0"}, 0, ""},
+		{[]string{"--conflict-exit-code", "3"}, 3, "coordrun: lock contended is held by another: lock not acquired\n"},
+		{nil, supervisor.ExitNotAcquired, "coordrun: lock contended is held by another: lock not acquired\n"},
+	} {
+		args := append(append(append([]string{}, try...), c.flags...), "--", "echo", "loser ran")
+		out, stderr, code := firstHourExec(t, 30*time.Second, nil, args...)
+		if code != c.code || stderr != c.stderr || out != "" {
+			t.Errorf("--try %v: exit %d, stdout %q, stderr %q; want %d, nothing, %q", c.flags, code, out, stderr, c.code, c.stderr)
+		}
+	}
+	_, stderr, code := firstHourExec(t, 5*time.Second, nil, append(try, "--conflict-exit-code", "300", "--", "true")...)
+	if code != exitUsage || !strings.Contains(stderr, "want 0 to 255") {
+		t.Errorf("--conflict-exit-code 300: exit %d, %q", code, stderr)
+	}
+}
+
+// The implicit lock name: unrelated command lines never share a lock,
+// the same command line always maps to the same one, and the name shows
+// what runs.
+func TestImplicitLockName(t *testing.T) {
+	addr := firstHourMember(t)
+	lockOf := func(args ...string) string {
+		t.Helper()
+		out, stderr, code := firstHourExec(t, 30*time.Second, nil, append([]string{"run", "--servers", addr, "--auth", "ops:secret"}, append(args, "--", "sh", "-c", `echo "$COORDRUN_LOCK"`)...)...)
+		if code != 0 {
+			t.Fatalf("run %v: exit %d\n%s", args, code, stderr)
+		}
+		return strings.TrimSpace(out)
+	}
+	// The lock name of sh -c 'echo $COORDRUN_LOCK' itself, twice: stable.
+	a, b := lockOf(), lockOf()
+	if a != b || !strings.HasPrefix(a, "sh-") || len(a) != len("sh-")+8 {
+		t.Errorf("the same command line took locks %q and %q; want one sh-XXXXXXXX", a, b)
+	}
+	for _, c := range []struct {
+		a, b  []string
+		shell bool
+	}{
+		{[]string{"python3", "a.py"}, []string{"python3", "b.py"}, false},
+		{[]string{"cd /srv/a && make"}, []string{"cd /srv/b && make"}, true},
+		{[]string{"a", "b c"}, []string{"a b", "c"}, false},
+	} {
+		na, nb := supervisor.DefaultName(c.a, c.shell), supervisor.DefaultName(c.b, c.shell)
+		if na == nb {
+			t.Errorf("%q and %q share the lock %q", c.a, c.b, na)
+		}
+	}
+	if n := supervisor.DefaultName([]string{"/usr/bin/pg_dump", "app"}, false); !strings.HasPrefix(n, "pg_dump-") {
+		t.Errorf("implicit name %q does not start with the command's base name", n)
+	}
+	if n := supervisor.DefaultName([]string{"cd /srv && ./backup.sh"}, true); !strings.HasPrefix(n, "cd-") {
+		t.Errorf("--shell implicit name %q", n)
+	}
+}
