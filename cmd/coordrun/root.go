@@ -31,17 +31,17 @@ is "coordrun run -- cmd".
 				return cmd.Help()
 			}
 			if cmd.ArgsLenAtDash() != 0 {
-				return usageError{fmt.Errorf("unknown command %q (to run a job: coordrun -- %s)", args[0], strings.Join(args, " "))}
+				return usageError{fmt.Errorf("unknown command %q%s (to run a job: coordrun -- %s)", args[0], commandSuggestion(cmd, args[0]), strings.Join(args, " "))}
 			}
 			return runRun(cmd, args)
 		},
 	}
 	addRunFlags(root)
 	root.PersistentFlags().String("config", "", "config file (default "+defaultConfigFile+" when present; env COORDRUN_CONFIG)")
-	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	root.AddCommand(newServerCommand(), newEnsembleCommand(), newVersionCommand(), newRunCommand(), newWatchdogCommand(), newStatusCommand(), newCronCommand(), newFenceCommand())
 	root.AddCommand(newDocsCommand()) // hidden: man pages and completions for packaging
 	root.AddCommand(newStoreCheckCommand())
+	strictCommands(root)
 	return root
 }
 

@@ -39,9 +39,9 @@ func splitServers(s string) []string {
 
 // serverFlags reads --servers and the client TLS flags.
 func serverFlags(v *viper.Viper) ([]string, *tls.Config, error) {
-	servers := splitServers(v.GetString("servers"))
-	if len(servers) == 0 {
-		return nil, nil, usageError{errors.New("--servers is empty")}
+	servers, err := parseServers(v.GetString("servers"))
+	if err != nil {
+		return nil, nil, usageError{err}
 	}
 	tc, err := clientTLS(v)
 	if err != nil {
@@ -196,9 +196,19 @@ func connectCommand(cmd *cobra.Command) (*clientSession, error) {
 	c, err := client.Connect(ctx, client.Config{Servers: servers, SessionTimeout: 10 * time.Second, TLS: tlsCfg, Auth: auth})
 	if err != nil {
 		cancel()
-		return nil, usageError{fmt.Errorf("connect to %s: %w", v.GetString("servers"), err)}
+		return nil, connectError(cmd, ctx, fmt.Errorf("connect to %s: %w", strings.Join(servers, ","), err))
 	}
 	return &clientSession{v: v, c: c, ctx: ctx, cancel: cancel}, nil
+}
+
+// connectError classes a failed connect: no member answering before the
+// deadline is unavailable (69: trying again later can help); a refusal
+// (a certificate, credentials) is bad usage (64).
+func connectError(cmd *cobra.Command, ctx context.Context, err error) error {
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) && cmd.Context().Err() == nil {
+		return exitError{code: supervisor.ExitUnavailable, err: err}
+	}
+	return usageError{err}
 }
 
 func (s *clientSession) close() {
