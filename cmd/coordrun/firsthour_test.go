@@ -162,3 +162,51 @@ func TestImplicitLockName(t *testing.T) {
 		t.Errorf("--shell implicit name %q", n)
 	}
 }
+
+// Durations, booleans and numbers from the environment and the config
+// file are held to the flags' syntax, and refused naming the fix before
+// anything is dialled.
+func TestEnvAndFileValuesStrict(t *testing.T) {
+	dead := testkit.FreeAddrs(t, "127.0.0.1", 1)[0]
+	dir := t.TempDir()
+	conf := func(body string) string {
+		p := filepath.Join(dir, strings.TrimSuffix(strings.Fields(body)[0], ":")+".yaml")
+		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	for _, c := range []struct {
+		env  []string
+		args []string
+		says string
+	}{
+		{[]string{"COORDRUN_TIMEOUT=2"}, nil, `COORDRUN_TIMEOUT="2": a duration needs its unit: write 2s`},
+		{[]string{"COORDRUN_TRY=yes"}, nil, `COORDRUN_TRY="yes": want true or false`},
+		{[]string{"COORDRUN_CONFLICT_EXIT_CODE=x"}, nil, "want a whole number"},
+		{nil, []string{"--config", conf("session-timeout: 10\n")}, "session-timeout: 10: a duration needs its unit: write 10s"},
+		{nil, []string{"--config", conf("try: yes\n")}, "try: yes: want true or false"},
+		{nil, []string{"--config", conf("kill-grace: soon\n")}, "want a duration with its unit"},
+	} {
+		args := append(append([]string{"run", "--servers", dead}, c.args...), "--", "true")
+		_, stderr, code := firstHourExec(t, 10*time.Second, c.env, args...)
+		if code != exitUsage || !strings.Contains(stderr, c.says) {
+			t.Errorf("%v %v: exit %d, want %d saying %q:\n%s", c.env, c.args, code, exitUsage, c.says, stderr)
+		}
+	}
+	// Good values still work, and the command line wins over a bad
+	// variable it overrides.
+	_, stderr, code := firstHourExec(t, 10*time.Second, []string{"COORDRUN_TRY=1", "COORDRUN_TIMEOUT=2"}, "run", "--servers", dead, "--timeout", "1s", "--conflict-exit-code", "300", "--", "true")
+	if code != exitUsage || !strings.Contains(stderr, "--conflict-exit-code 300") {
+		t.Errorf("good variables: exit %d:\n%s", code, stderr)
+	}
+}
+
+// A session timeout the members clamp is said at once, with their limit.
+func TestSessionTimeoutClampWarned(t *testing.T) {
+	addr := firstHourMember(t)
+	_, stderr, code := firstHourExec(t, 30*time.Second, nil, "run", "--servers", addr, "--auth", "ops:secret", "--session-timeout", "5m", "--", "true")
+	if code != 0 || !strings.Contains(stderr, "granted a session timeout of 40s, not the 5m0s asked for: they grant at most 40s") {
+		t.Errorf("--session-timeout 5m: exit %d, stderr %q; want a warning naming the members' 40s", code, stderr)
+	}
+}

@@ -65,6 +65,9 @@ func loadConfig(cmd *cobra.Command) (*viper.Viper, error) {
 	if bindErr != nil {
 		return nil, bindErr
 	}
+	if err := checkEnvValues(cmd); err != nil {
+		return nil, err
+	}
 	file, _ := cmd.Flags().GetString("config")
 	if file == "" {
 		file = os.Getenv("COORDRUN_CONFIG")
@@ -84,6 +87,9 @@ func loadConfig(cmd *cobra.Command) (*viper.Viper, error) {
 			return nil, usageError{fmt.Errorf("config file %s: %w", file, err)}
 		}
 		if err := checkKnownKeys(v, cmd); err != nil {
+			return nil, err
+		}
+		if err := checkFileValues(file, cmd); err != nil {
 			return nil, err
 		}
 		if cmd.Flags().Lookup("auth") != nil && v.InConfig("auth") && fileHoldsAuth(file) {
