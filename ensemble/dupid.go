@@ -1,6 +1,7 @@
 package ensemble
 
 import (
+	"bytes"
 	"crypto/tls"
 	"net"
 	"strconv"
@@ -31,13 +32,21 @@ func (m *Member) refuseDuplicateID(pt *peerTLS, own net.Addr) error {
 			targets = append(targets, p.Addr)
 		}
 	}
+	// An entry may still be this member under another name (a host
+	// name, a forwarded port): its own certificate tells.
+	var mine []byte
+	if pt.dial.GetClientCertificate != nil {
+		if own, err := pt.dial.GetClientCertificate(nil); err == nil && len(own.Certificate) > 0 {
+			mine = own.Certificate[0]
+		}
+	}
 	found := make([]string, len(targets))
 	var wg sync.WaitGroup
 	for i, addr := range targets {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			found[i] = servingID(pt, addr)
+			found[i] = servingID(pt, addr, mine)
 		}()
 	}
 	wg.Wait()
@@ -52,8 +61,9 @@ func (m *Member) refuseDuplicateID(pt *peerTLS, own net.Addr) error {
 }
 
 // servingID is the member id that the peer port at addr proves in its
-// certificate, or "" when nothing there answers as a member.
-func servingID(pt *peerTLS, addr string) string {
+// certificate, or "" when nothing there answers as a member or what
+// answers shows mine, this member's own certificate.
+func servingID(pt *peerTLS, addr string, mine []byte) string {
 	c, err := pt.dialTimeout(addr, dupIDDialTimeout)
 	if err != nil {
 		return ""
@@ -64,7 +74,7 @@ func servingID(pt *peerTLS, addr string) string {
 		return ""
 	}
 	st := tc.ConnectionState()
-	if len(st.PeerCertificates) == 0 {
+	if len(st.PeerCertificates) == 0 || bytes.Equal(st.PeerCertificates[0].Raw, mine) {
 		return ""
 	}
 	return st.PeerCertificates[0].Subject.CommonName

@@ -2,6 +2,7 @@ package ensemble
 
 import (
 	"errors"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -53,4 +54,19 @@ func TestLoneStoreWithPeersRefused(t *testing.T) {
 	if err := checkPeersAgainstStore(conf, peers[:1], testkit.Logger("t")); err != nil {
 		t.Errorf("a lone store under a list of itself: %v", err)
 	}
+}
+
+// An entry that names this member another way (a host name for its
+// address) is this member, not a duplicate.
+func TestDuplicateIDNotSelf(t *testing.T) {
+	addrs := testkit.FreeAddrs(t, "127.0.0.1", 2)
+	_, port, _ := net.SplitHostPort(addrs[0])
+	secret := make([]byte, MinPeerSecretBytes)
+	copy(secret, "the ensemble secret of this test")
+	m, err := Start(Config{ID: "1", DataDir: t.TempDir(), PeerAddr: addrs[0], ClientAddr: addrs[1], PeerSecret: secret,
+		Peers: []Peer{{ID: "1", Addr: "localhost:" + port}}, Logger: testkit.Logger("m1")})
+	if err != nil {
+		t.Fatalf("a member whose entry is a host name for its own address: %v", err)
+	}
+	m.Close()
 }
