@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -208,5 +209,50 @@ func TestSessionTimeoutClampWarned(t *testing.T) {
 	_, stderr, code := firstHourExec(t, 30*time.Second, nil, "run", "--servers", addr, "--auth", "ops:secret", "--session-timeout", "5m", "--", "true")
 	if code != 0 || !strings.Contains(stderr, "granted a session timeout of 40s, not the 5m0s asked for: they grant at most 40s") {
 		t.Errorf("--session-timeout 5m: exit %d, stderr %q; want a warning naming the members' 40s", code, stderr)
+	}
+}
+
+// An unknown lock is "no such lock" with an exit code of its own, not a
+// free row; lock rm removes a lock nobody uses and leaves a held one.
+func TestLockRmAndNoSuchLock(t *testing.T) {
+	addr := firstHourMember(t)
+	auth := []string{"--servers", addr, "--auth", "ops:secret"}
+	cli := func(args ...string) (string, int) {
+		t.Helper()
+		if i := slices.Index(args, "--"); i >= 0 {
+			args = slices.Concat(args[:i], auth, args[i:])
+		} else {
+			args = append(args, auth...)
+		}
+		out, stderr, code := firstHourExec(t, 30*time.Second, nil, args...)
+		return out + stderr, code
+	}
+	if out, code := cli("run", "--name", "once", "--", "true"); code != 0 {
+		t.Fatalf("run: exit %d\n%s", code, out)
+	}
+	started := filepath.Join(t.TempDir(), "started")
+	holder := procStart(t, "holder", slices.Concat([]string{"run", "--name", "busy"}, auth, []string{"--", "sh", "-c", "touch " + started + "; exec sleep 600"})...)
+	testkit.WaitFor(t, 30*time.Second, "the holder's job to start", func() bool {
+		_, err := os.Stat(started)
+		return err == nil || !holder.Running()
+	})
+	for _, c := range []struct {
+		args []string
+		code int
+		says string
+	}{
+		{[]string{"status", "once"}, 0, "once"},
+		{[]string{"status", "nosuch"}, supervisor.ExitNotFound, `no such lock "nosuch" under /coordrun/locks`},
+		{[]string{"lock", "rm", "nosuch"}, supervisor.ExitNotFound, `no such lock "nosuch"`},
+		{[]string{"lock", "rm", "busy"}, supervisor.ExitNotAcquired, "lock busy is in use: its holder is"},
+		{[]string{"lock", "rm", "once"}, 0, "removed lock once"},
+		{[]string{"status", "once"}, supervisor.ExitNotFound, `no such lock "once"`},
+		{[]string{"status", "busy"}, 0, "holder"},
+		{[]string{"lock", "rm"}, exitUsage, "requires at least 1 arg"},
+	} {
+		out, code := cli(c.args...)
+		if code != c.code || !strings.Contains(out, c.says) {
+			t.Errorf("coordrun %s: exit %d, want %d saying %q:\n%s", strings.Join(c.args, " "), code, c.code, c.says, out)
+		}
 	}
 }

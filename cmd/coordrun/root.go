@@ -41,6 +41,7 @@ is "coordrun run -- cmd".
 	root.AddCommand(newServerCommand(), newEnsembleCommand(), newVersionCommand(), newRunCommand(), newWatchdogCommand(), newStatusCommand(), newCronCommand(), newFenceCommand())
 	root.AddCommand(newDocsCommand()) // hidden: man pages and completions for packaging
 	root.AddCommand(newStoreCheckCommand())
+	root.AddCommand(newLockCommand())
 	strictCommands(root)
 	return root
 }

@@ -19,6 +19,9 @@ func newStatusCommand() *cobra.Command {
 		Short: "Show each lock's holder (host, pid, token, since) and its queue",
 		RunE: withClient(func(cmd *cobra.Command, args []string, s *clientSession) error {
 			v, c, ctx := s.v, s.c, s.ctx
+			if err := checkLocksExist(ctx, c, v.GetString("root"), args); err != nil {
+				return err
+			}
 			locks, err := supervisor.Inspect(ctx, c, v.GetString("root"), args)
 			if err != nil {
 				return err
