@@ -1,6 +1,9 @@
 package main
 
 import (
+	"os"
+
+	"github.com/spf13/cobra"
 	"slices"
 	"strings"
 	"testing"
@@ -75,5 +78,29 @@ func TestEnsembleAddNoAuthIsUsage(t *testing.T) {
 	_, stderr, code := firstHourExec(t, 30*time.Second, nil, "ensemble", "add", "2", peer, "--servers", addr)
 	if code != exitUsage || !strings.Contains(stderr, "membership change refused") {
 		t.Errorf("ensemble add without an administrator: exit %d, want %d:\n%s", code, exitUsage, stderr)
+	}
+}
+
+// Every command that does something has its exit codes in the table,
+// and docs/exit-codes.md shows the table as it is.
+func TestExitTableComplete(t *testing.T) {
+	var walk func(c *cobra.Command)
+	walk = func(c *cobra.Command) {
+		if c.IsAvailableCommand() && c.Runnable() && !c.HasSubCommands() && exitRowsFor(c.CommandPath()) == nil {
+			t.Errorf("%s has no exit codes in exitTable", c.CommandPath())
+		}
+		for _, sub := range c.Commands() {
+			walk(sub)
+		}
+	}
+	root := newRootCommand()
+	root.InitDefaultCompletionCmd()
+	walk(root)
+	doc, err := os.ReadFile("../../docs/exit-codes.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(doc), exitCodesMarkdown()) {
+		t.Errorf("docs/exit-codes.md does not hold the exit table as exitCodesMarkdown writes it:\n%s", exitCodesMarkdown())
 	}
 }

@@ -25,6 +25,7 @@ is "coordrun run -- cmd".
 ` + runLong,
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		Version:       version,
 		Args:          cobra.ArbitraryArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if len(args) == 0 {
@@ -37,12 +38,14 @@ is "coordrun run -- cmd".
 		},
 	}
 	addRunFlags(root)
+	root.SetVersionTemplate("coordrun {{.Version}}\n")
 	root.PersistentFlags().String("config", "", "config file (default "+defaultConfigFile+" when present; env COORDRUN_CONFIG)")
 	root.AddCommand(newServerCommand(), newEnsembleCommand(), newVersionCommand(), newRunCommand(), newWatchdogCommand(), newStatusCommand(), newCronCommand(), newFenceCommand())
 	root.AddCommand(newDocsCommand()) // hidden: man pages and completions for packaging
 	root.AddCommand(newStoreCheckCommand())
 	root.AddCommand(newLockCommand())
 	strictCommands(root)
+	addCompletions(root)
 	return root
 }
 

@@ -16,6 +16,17 @@ import (
 const runLong = `Run a command only while holding a lock in the ensemble, so that of all the
 hosts running the same coordrun command, exactly one runs the job at a time.
 
+The lock is --name, or else named after the whole command line: the
+command's base name, '-' and the first 8 hex digits of the SHA-256 of its
+words (as given, NUL-separated; with --shell, of "/bin/sh -c SCRIPT"), as
+backup.sh-3f2a9c1e. Every host running the same command line, word for
+word, takes the same lock, and unrelated commands (python3 a.py, python3
+b.py) never share one. -v prints the name chosen; status lists it.
+
+coordrun itself prints nothing on a good day: the job's output, coordrun's
+errors and warnings (such as one notice when the lock's nodes are open to
+every client), nothing else; -v says what it does, -q leaves only errors.
+
 The command runs in its own process group with COORDRUN_FENCING_TOKEN (rises
 with every new holder), COORDRUN_LOCK and COORDRUN_LOCK_NODE set. Terminating
 signals (INT, TERM, HUP, QUIT) and USR1/USR2 are forwarded to its group. If
@@ -34,7 +45,8 @@ runs, the command is stopped (TERM, then KILL after --kill-grace) and
 coordrun exits 78.
 
 Exit codes: the command's own; 128+N if signal N killed it; 75 the lock was
-not acquired (--try, --timeout); 76 the session was lost and the command
+not acquired (--try, --timeout; --conflict-exit-code chooses another, and
+-q leaves it unsaid on stderr); 76 the session was lost and the command
 killed; 78 the lock was lost (its nodes deleted or changed by another
 client) and the command stopped; 64 bad usage or no permission on the lock's
 folder; 69 no ensemble member answered within the connect timeout.`
