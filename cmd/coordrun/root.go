@@ -46,6 +46,7 @@ is "coordrun run -- cmd".
 	root.AddCommand(newLockCommand())
 	strictCommands(root)
 	addCompletions(root)
+	addExamples(root)
 	return root
 }
 
