@@ -38,7 +38,7 @@ func addCompletions(root *cobra.Command) {
 		if n, ok := names[c.CommandPath()]; ok && c.ValidArgsFunction == nil {
 			c.ValidArgsFunction = completeChildren(n)
 		}
-		c.LocalNonPersistentFlags().VisitAll(func(f *pflag.Flag) {
+		c.Flags().VisitAll(func(f *pflag.Flag) {
 			if vals, ok := values[f.Name]; ok {
 				_ = c.RegisterFlagCompletionFunc(f.Name, cobra.FixedCompletions(vals, cobra.ShellCompDirectiveNoFileComp))
 			}

@@ -84,6 +84,13 @@ func TestRunQuietByDefault(t *testing.T) {
 	if lines := strings.Split(strings.TrimSpace(stderr), "\n"); code != 0 || len(lines) != 1 || !strings.Contains(stderr, "open ACL") {
 		t.Errorf("run without credentials: exit %d, stderr %q; want one ACL notice", code, stderr)
 	}
+	if _, stderr, code := firstHourExec(t, 30*time.Second, nil, "run", "--servers", addr, "--root", "/open", "--", "false"); code != 1 {
+		t.Fatalf("run false: exit %d %s", code, stderr)
+	}
+	out, _, code = firstHourExec(t, 30*time.Second, nil, "status", "--servers", addr, "--root", "/open")
+	if n := strings.Count(out, "warning:"); code != 0 || n != 1 {
+		t.Errorf("status of two open locks: exit %d, %d warnings, want one:\n%s", code, n, out)
+	}
 	_, stderr, code = firstHourExec(t, 30*time.Second, nil, "run", "-v", "--servers", addr, "--auth", "ops:secret", "--", "true")
 	for _, want := range []string{"lock named after the command line", "lock acquired", "job finished"} {
 		if code != 0 || !strings.Contains(stderr, want) {
