@@ -104,3 +104,29 @@ func TestExitTableComplete(t *testing.T) {
 		t.Errorf("docs/exit-codes.md does not hold the exit table as exitCodesMarkdown writes it:\n%s", exitCodesMarkdown())
 	}
 }
+
+// Unreachable members with no --servers given say where the members are
+// set; given ones (flag, variable, file) do not get the hint.
+func TestDefaultServersHint(t *testing.T) {
+	cmd := newRunCommand()
+	v, err := loadConfig(cmd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h := defaultServersHint(v); !strings.Contains(h, "COORDRUN_SERVERS") {
+		t.Errorf("no --servers: hint %q", h)
+	}
+	t.Setenv("COORDRUN_SERVERS", "10.0.0.1:2181")
+	if v, err = loadConfig(newRunCommand()); err != nil || defaultServersHint(v) != "" {
+		t.Errorf("COORDRUN_SERVERS set: hint %q (%v)", defaultServersHint(v), err)
+	}
+	t.Setenv("COORDRUN_SERVERS", "")
+	os.Unsetenv("COORDRUN_SERVERS")
+	cmd = newRunCommand()
+	if err := cmd.ParseFlags([]string{"--servers", "10.0.0.1"}); err != nil {
+		t.Fatal(err)
+	}
+	if v, err = loadConfig(cmd); err != nil || defaultServersHint(v) != "" {
+		t.Errorf("--servers given: hint %q (%v)", defaultServersHint(v), err)
+	}
+}

@@ -128,6 +128,9 @@ func runRun(cmd *cobra.Command, args []string) error {
 	}
 	// Signals are handled by the supervisor, not by cancelling a context.
 	code, err := supervisor.Run(context.Background(), opts)
+	if code == supervisor.ExitUnavailable && err != nil {
+		err = fmt.Errorf("%w%s", err, defaultServersHint(v))
+	}
 	if code == supervisor.ExitNotAcquired {
 		code = conflict
 		// Under -q losing is the expected outcome on every host but one

@@ -2,7 +2,9 @@ package main
 
 import (
 	"errors"
+
 	"fmt"
+	"github.com/spf13/viper"
 	"net"
 	"strconv"
 	"strings"
@@ -65,4 +67,14 @@ func serverAddr(e string) (string, error) {
 		return "", fmt.Errorf("port %q is not a number from 1 to 65535", port)
 	}
 	return net.JoinHostPort(host, port), nil
+}
+
+// defaultServersHint is what to add to "no member answered" when nobody
+// said where the members are: the default address was tried, which on a
+// client host is rarely where they run.
+func defaultServersHint(v *viper.Viper) string {
+	if v.IsSet("servers") {
+		return ""
+	}
+	return " (no --servers given, so the default 127.0.0.1:2181 was tried: give the members with --servers, COORDRUN_SERVERS or servers: in the config file)"
 }

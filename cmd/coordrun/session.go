@@ -196,7 +196,7 @@ func connectCommand(cmd *cobra.Command) (*clientSession, error) {
 	c, err := client.Connect(ctx, client.Config{Servers: servers, SessionTimeout: 10 * time.Second, TLS: tlsCfg, Auth: auth})
 	if err != nil {
 		cancel()
-		return nil, connectError(cmd, ctx, fmt.Errorf("connect to %s: %w", strings.Join(servers, ","), err))
+		return nil, connectError(cmd, ctx, fmt.Errorf("connect to %s: %w%s", strings.Join(servers, ","), err, defaultServersHint(v)))
 	}
 	return &clientSession{v: v, c: c, ctx: ctx, cancel: cancel}, nil
 }
