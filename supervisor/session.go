@@ -133,7 +133,7 @@ func leaseMargin(ctx context.Context, o ConnOptions, grace time.Duration, c *cli
 		if timeout > o.SessionTimeout {
 			limit = "least"
 		}
-		log.Warn(fmt.Sprintf("the members granted a session timeout of %v, not the %v asked for: they grant at %s %v (their --min-session-timeout and --max-session-timeout); the lease follows theirs", timeout, o.SessionTimeout, limit, timeout), "asked", o.SessionTimeout, "granted", timeout)
+		log.Warn(fmt.Sprintf("the members granted a session timeout of %v, not the %v asked for: they grant at %s %v (coordrun server --min-session-timeout and --max-session-timeout; ZooKeeper minSessionTimeout, maxSessionTimeout); the lease follows theirs", timeout, o.SessionTimeout, limit, timeout), "asked", o.SessionTimeout, "granted", timeout)
 	}
 	if budget := timeout / 2; grace+margin+killSlack > budget {
 		return 0, fmt.Errorf("session timeout %v (as granted by the ensemble) is too short for --kill-grace %v and a lease margin of %v: they must stay under %v; raise --session-timeout or lower --kill-grace", timeout, grace, margin, budget)
