@@ -6,7 +6,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,40 +14,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/coordrun/coordrun/ensemble"
 	"github.com/coordrun/coordrun/internal/testkit"
 	"github.com/coordrun/coordrun/supervisor"
 )
 
-// firstHourMember starts a one-member ensemble in this process and
-// returns its client address.
-func firstHourMember(t *testing.T) string {
-	t.Helper()
-	pl, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cl, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := ensemble.Start(ensemble.Config{
-		ID:                "1",
-		DataDir:           t.TempDir(),
-		PeerListener:      pl,
-		ClientListener:    cl,
-		ClientAddr:        cl.Addr().String(),
-		Peers:             []ensemble.Peer{{ID: "1", Addr: pl.Addr().String()}},
-		MinSessionTimeout: 500 * time.Millisecond,
-		HeartbeatTimeout:  time.Second,
-		ElectionTimeout:   time.Second,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { m.Close() })
-	return cl.Addr().String()
-}
+// firstHourMember is a one-member ensemble in this process (cron's test
+// member, whose timing suits these tests too); its client address.
+func firstHourMember(t *testing.T) string { return cronTestEnsemble(t) }
 
 // firstHourExec runs the binary with args and extra environment, and
 // returns its stdout, stderr and exit code (-1 if it outlived limit).
