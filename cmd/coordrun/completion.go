@@ -32,6 +32,7 @@ func addCompletions(root *cobra.Command) {
 		"log-format":     {"text", "json"},
 		"record-command": {"name", "full"},
 		"log-level":      {"debug", "info", "warn", "error"},
+		"overlap":        {"skip", "queue", "replace"},
 	}
 	var walk func(c *cobra.Command)
 	walk = func(c *cobra.Command) {
