@@ -174,9 +174,9 @@ func TestEnvAndFileValuesStrict(t *testing.T) {
 			t.Errorf("%v %v: exit %d, want %d saying %q:\n%s", c.env, c.args, code, exitUsage, c.says, stderr)
 		}
 	}
-	// Good values still work, and the command line wins over a bad
-	// variable it overrides.
-	_, stderr, code := firstHourExec(t, 10*time.Second, []string{"COORDRUN_TRY=1", "COORDRUN_TIMEOUT=2"}, "run", "--servers", dead, "--timeout", "1s", "--conflict-exit-code", "300", "--", "true")
+	// Good values still work, the command line wins over a bad variable
+	// it overrides, and a variable no flag reads (a version) is no error.
+	_, stderr, code := firstHourExec(t, 10*time.Second, []string{"COORDRUN_TRY=1", "COORDRUN_TIMEOUT=2", "COORDRUN_VERSION=1.2.3"}, "run", "--servers", dead, "--timeout", "1s", "--conflict-exit-code", "300", "--", "true")
 	if code != exitUsage || !strings.Contains(stderr, "--conflict-exit-code 300") {
 		t.Errorf("good variables: exit %d:\n%s", code, stderr)
 	}

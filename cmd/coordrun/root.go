@@ -60,7 +60,7 @@ func loadConfig(cmd *cobra.Command) (*viper.Viper, error) {
 	v.AutomaticEnv()
 	var bindErr error
 	cmd.Flags().VisitAll(func(f *pflag.Flag) {
-		if f.Name == "config" || f.Name == "help" {
+		if notConfigured[f.Name] {
 			return
 		}
 		if err := v.BindPFlag(f.Name, f); err != nil && bindErr == nil {

@@ -16,6 +16,11 @@ import (
 // own syntax: viper would take COORDRUN_TIMEOUT=2 or session-timeout: 10
 // as nanoseconds, and COORDRUN_TRY=yes as false, without a word.
 
+// notConfigured are the flags no variable or config key sets: cobra's
+// own (COORDRUN_VERSION may well name a version), and --config, which
+// COORDRUN_CONFIG sets as a path before any file is read.
+var notConfigured = map[string]bool{"help": true, "version": true, "config": true}
+
 // envName is the variable that sets flag name (loadConfig's rule).
 func envName(name string) string {
 	return "COORDRUN_" + strings.ToUpper(strings.ReplaceAll(name, "-", "_"))
@@ -27,7 +32,7 @@ func envName(name string) string {
 func checkEnvValues(cmd *cobra.Command) error {
 	var err error
 	cmd.Flags().VisitAll(func(f *pflag.Flag) {
-		if err != nil || f.Changed {
+		if err != nil || f.Changed || notConfigured[f.Name] {
 			return
 		}
 		name := envName(f.Name)
@@ -53,7 +58,7 @@ func checkFileValues(file string, cmd *cobra.Command) error {
 	}
 	var err error
 	cmd.Flags().VisitAll(func(f *pflag.Flag) {
-		if err != nil || !fv.InConfig(f.Name) {
+		if err != nil || notConfigured[f.Name] || !fv.InConfig(f.Name) {
 			return
 		}
 		raw := fv.Get(f.Name)
