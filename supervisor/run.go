@@ -19,7 +19,6 @@ import (
 	"log/slog"
 	"path"
 	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -28,27 +27,10 @@ import (
 	"github.com/coordrun/coordrun/supervisor/engine"
 )
 
-// DefaultName derives a lock name from a command: its base name, with
-// characters other than letters, digits, '.', '_' and '-' replaced.
+// DefaultName derives a lock name from a command line (names.go's
+// implicitName says the rule).
 func DefaultName(argv []string, shell bool) string {
-	cmd := argv[0]
-	if shell {
-		if f := strings.Fields(cmd); len(f) > 0 {
-			cmd = f[0]
-		}
-	}
-	b := []byte(path.Base(cmd))
-	for i, ch := range b {
-		ok := ch == '.' || ch == '_' || ch == '-' || (ch >= '0' && ch <= '9') || (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z')
-		if !ok {
-			b[i] = '_'
-		}
-	}
-	name := strings.Trim(string(b), ".")
-	if name == "" {
-		name = "job"
-	}
-	return name
+	return implicitName(argv, shell)
 }
 
 // Run supervises one run of the job and returns coordrun's exit code.

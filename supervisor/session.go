@@ -71,6 +71,13 @@ func leaseMargin(o ConnOptions, grace time.Duration, conn engine.Session, log *s
 		log.Debug("ensemble is Apache ZooKeeper; widening the lease margin", "margin", margin)
 	}
 	timeout := conn.Timeout()
+	if o.SessionTimeout > 0 && timeout != o.SessionTimeout {
+		limit := "most"
+		if timeout > o.SessionTimeout {
+			limit = "least"
+		}
+		log.Warn(fmt.Sprintf("the members granted a session timeout of %v, not the %v asked for: they grant at %s %v (coordrun server --min-session-timeout and --max-session-timeout; ZooKeeper minSessionTimeout, maxSessionTimeout); the lease follows theirs", timeout, o.SessionTimeout, limit, timeout), "asked", o.SessionTimeout, "granted", timeout)
+	}
 	if budget := timeout / 2; grace+margin+killSlack > budget {
 		return 0, fmt.Errorf("session timeout %v (as granted by the ensemble) is too short for --kill-grace %v and a lease margin of %v: they must stay under %v; raise --session-timeout or lower --kill-grace", timeout, grace, margin, budget)
 	}

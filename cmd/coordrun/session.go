@@ -39,9 +39,9 @@ func splitServers(s string) []string {
 
 // serverFlags reads --servers and the client TLS flags.
 func serverFlags(v *viper.Viper) ([]string, *tls.Config, error) {
-	servers := splitServers(v.GetString("servers"))
-	if len(servers) == 0 {
-		return nil, nil, usageError{errors.New("--servers is empty")}
+	servers, err := parseServers(v.GetString("servers"))
+	if err != nil {
+		return nil, nil, usageError{err}
 	}
 	tc, err := clientTLS(v)
 	if err != nil {
@@ -64,11 +64,16 @@ func addSessionFlags(cmd *cobra.Command) {
 	f.String("acl", "", "entries added to the ACL of the nodes coordrun creates, scheme:id:perms,... e.g. world:anyone:r (default: only the session's identities, cdrwa, with credentials; else the open ACL)")
 	f.String("record-command", supervisor.RecordName, "what lock and cron records show of the command: name (its base name) or full (the whole command line, arguments and all)")
 	f.Bool("shell", false, "run the command through sh -c")
-	f.BoolP("verbose", "v", false, "log more")
-	f.BoolP("quiet", "q", false, "log only errors")
+	f.BoolP("verbose", "v", false, "log what coordrun does (the lock's name, waiting, acquired, the job's end)")
+	f.BoolP("quiet", "q", false, "log only errors; a lock not acquired (--try, --timeout) is said by the exit code alone")
 	f.String("log-format", "text", "log format on stderr: text or json")
 	addClientTLSFlags(f)
 }
+
+// quietByDefault marks a command (run) that logs only warnings and errors
+// unless -v: it runs from crontabs, where any line of its own is mail from
+// every host on every run, and a job's output is the job's to give.
+const quietByDefault = "coordrun.quiet-by-default"
 
 // sessionConfig is what the flags of addSessionFlags configure.
 type sessionConfig struct {
@@ -82,6 +87,9 @@ type sessionConfig struct {
 // caller must signal.Stop(cfg.job.Signals).
 func sessionOptions(cmd *cobra.Command, v *viper.Viper) (sessionConfig, error) {
 	level := "info"
+	if cmd.Annotations[quietByDefault] != "" {
+		level = "warn"
+	}
 	if v.GetBool("verbose") {
 		level = "debug"
 	}
@@ -188,9 +196,19 @@ func connectCommand(cmd *cobra.Command) (*clientSession, error) {
 	c, err := client.Connect(ctx, client.Config{Servers: servers, SessionTimeout: 10 * time.Second, TLS: tlsCfg, Auth: auth})
 	if err != nil {
 		cancel()
-		return nil, usageError{fmt.Errorf("connect to %s: %w", v.GetString("servers"), err)}
+		return nil, connectError(cmd, ctx, fmt.Errorf("connect to %s: %w%s", strings.Join(servers, ","), err, defaultServersHint(v)))
 	}
 	return &clientSession{v: v, c: c, ctx: ctx, cancel: cancel}, nil
+}
+
+// connectError classes a failed connect: no member answering before the
+// deadline is unavailable (69: trying again later can help); a refusal
+// (a certificate, credentials) is bad usage (64).
+func connectError(cmd *cobra.Command, ctx context.Context, err error) error {
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) && cmd.Context().Err() == nil {
+		return exitError{code: supervisor.ExitUnavailable, err: err}
+	}
+	return usageError{err}
 }
 
 func (s *clientSession) close() {
