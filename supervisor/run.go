@@ -53,7 +53,18 @@ func Run(ctx context.Context, o Options) (int, error) {
 	var next standby
 	next.arm(spec)
 	defer next.drop()
-	s, err := dial(ctx, o.ConnOptions, o.KillGrace, log)
+	// Until the wait begins (which watches for them itself), a
+	// terminating signal ends whatever call to the store is under way.
+	ectx, stopWatch := sigs.untilStop(ctx)
+	defer stopWatch()
+	s, err := dial(ectx, o.ConnOptions, o.KillGrace, log)
+	if sig, ok := sigs.stopSignal(); ok {
+		log.Info("signal while connecting; giving up", "signal", sig.String())
+		if err == nil {
+			s.close()
+		}
+		return 128 + int(sig), nil
+	}
 	if err != nil {
 		return dialCode(err), err
 	}
@@ -61,7 +72,16 @@ func Run(ctx context.Context, o Options) (int, error) {
 	dir := path.Join(o.Root, o.Name)
 	log.Info("waiting for lock", "lock", o.Name, "node_dir", dir, "session", s.conn.ID())
 
-	e, err := s.enter(ctx, dir, o.Argv)
+	e, err := s.enter(ectx, dir, o.Argv)
+	stopWatch()
+	if sig, ok := sigs.stopSignal(); ok {
+		// The entry, if one was made, goes with the session's close.
+		log.Info("signal while joining the queue; giving up", "signal", sig.String())
+		if err == nil {
+			_ = s.release(context.Background(), e)
+		}
+		return 128 + int(sig), nil
+	}
 	if err != nil {
 		return ExitUsage, err
 	}
@@ -138,9 +158,8 @@ func waitForLock(ctx context.Context, o Options, e engine.Entry, sigs *signalPum
 		wctx, tcancel = context.WithTimeout(wctx, o.Timeout)
 		defer tcancel()
 	}
-	stopWatched := make(chan struct{})
-	go func() { defer close(stopWatched); sigs.cancelOnStop(wctx, cancel) }()
-	defer func() { cancel(); <-stopWatched }()
+	wctx, stopWatch := sigs.untilStop(wctx)
+	defer stopWatch()
 	sl := newStatusLine(o.Status, o.TTY, o.Name, o.Log)
 	status := func(st engine.Status) {
 		sl.update(st)
