@@ -94,7 +94,7 @@ type entry struct {
 	lastHolder state.RunInfo // the run record as last seen while waiting
 	suspect    suspicion
 	obs        leaseObs // the lease of the contender waited on, as last asked
-	tried      string // the record a take whose reply was lost was made on
+	tried      string   // the record a take whose reply was lost was made on
 
 	// Set once held.
 	held       bool
@@ -444,7 +444,9 @@ func (e *entry) runInfo(stopping bool) state.RunInfo {
 
 func (e *entry) UncleanHandoff() bool { return unclean(e.prevRecord, path.Base(e.node)) }
 
-func (e *entry) MustWait() (time.Duration, string) { return e.suspect.mustWait(e.prevRecord, time.Now()) }
+func (e *entry) MustWait() (time.Duration, string) {
+	return e.suspect.mustWait(e.prevRecord, time.Now())
+}
 
 // awaitDeleted waits until key is deleted after revision rev, or timeout
 // fires (nil: never), or the watch breaks: the caller looks again.

@@ -38,10 +38,10 @@ type Conn struct {
 	done    chan struct{}  // closed once, by end
 	// base is cancelled by Close: the keeper and its request in flight
 	// stop.
-	base context.Context
-	stop context.CancelFunc
-	check   chan struct{}  // capacity 1: renew now (a watch saw our keys go)
-	seq     atomic.Int64   // numbers this session's queue entries
+	base  context.Context
+	stop  context.CancelFunc
+	check chan struct{} // capacity 1: renew now (a watch saw our keys go)
+	seq   atomic.Int64  // numbers this session's queue entries
 
 	// wg joins the keeper and every watch goroutine; Close waits for it.
 	wg sync.WaitGroup
