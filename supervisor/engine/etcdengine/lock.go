@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -94,6 +95,9 @@ type entry struct {
 	lastHolder state.RunInfo // the run record as last seen while waiting
 	suspect    suspicion
 	obs        leaseObs // the lease of the contender waited on, as last asked
+	gone       string   // the entry whose lease's end was judged: judged once
+	// obsSeen is set once obs was first filled in (tests wait for it).
+	obsSeen atomic.Bool
 	tried      string   // the record a take whose reply was lost was made on
 
 	// Set once held.
@@ -302,7 +306,7 @@ func (e *entry) atHead(ctx context.Context, s snapshot, q []string, try bool, re
 // says how long its work may still run.
 func (e *entry) judge(ctx context.Context, x, record string) error {
 	lease, ok := entryLease(x)
-	if !ok {
+	if !ok || e.gone == x {
 		return nil
 	}
 	info := e.holderInfo(x)
@@ -320,6 +324,7 @@ func (e *entry) judge(ctx context.Context, x, record string) error {
 		return nil
 	}
 	before := e.suspect
+	e.gone = x
 	e.suspect = afterLease(e.suspect, e.obs, x, info, e.info, stopping, time.Now())
 	if e.suspect != before && e.suspect.owner != before.owner {
 		e.c.log.Warn("the previous holder's lease ended early; its job may still run",
@@ -340,6 +345,7 @@ func (e *entry) observe(ctx context.Context, owner string, lease clientv3.LeaseI
 		return false, nil
 	}
 	e.obs = leaseObs{owner: owner, sent: sent, recv: time.Now(), left: time.Duration(resp.TTL) * time.Second}
+	e.obsSeen.Store(true)
 	return true, nil
 }
 
@@ -368,7 +374,7 @@ func (e *entry) holderInfo(x string) state.HolderInfo {
 // or when the suspected holder's lease is next due to be asked about.
 func (e *entry) recheck() time.Time {
 	until := e.suspect.until
-	if e.obs.owner == e.suspect.owner {
+	if e.obs.owner == e.suspect.owner && e.gone != e.suspect.owner {
 		if t := e.obs.pollAt(e.c.ttl / 3); t.Before(until) {
 			until = t
 		}

@@ -108,20 +108,26 @@ func (e *entry) recordStopping(ctx context.Context) {
 	wctx, cancel := context.WithTimeout(ctx, e.c.ttl/4)
 	defer cancel()
 	rec := state.RecordStopping + path.Base(e.node)
-	resp, err := e.c.cli.Txn(wctx).Then(
-		clientv3.OpTxn([]clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(e.dir), "=", v)}, []clientv3.Op{clientv3.OpPut(e.dir, rec)}, nil),
-		clientv3.OpTxn([]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(e.dir), "=", 0)}, []clientv3.Op{clientv3.OpPut(e.dir, rec)}, nil),
-	).Commit()
+	// Over our own record, or into the folder made again if it went (the
+	// two branches may both put the record: etcd refuses one branch that
+	// puts a key twice).
+	resp, err := e.c.cli.Txn(wctx).If(clientv3.Compare(clientv3.ModRevision(e.dir), "=", v)).
+		Then(clientv3.OpPut(e.dir, rec)).
+		Else(clientv3.OpTxn([]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(e.dir), "=", 0)}, []clientv3.Op{clientv3.OpPut(e.dir, rec)}, nil)).
+		Commit()
 	if err != nil {
+		e.c.log.Warn("could not record that the holder is stopping", "lock_dir", e.dir, "err", err)
 		return
 	}
-	for _, r := range resp.Responses {
-		if t := r.GetResponseTxn(); t != nil && t.Succeeded {
-			e.mu.Lock()
-			e.recRev = resp.Header.Revision
-			e.mu.Unlock()
-			return
-		}
+	ok := resp.Succeeded
+	if !ok {
+		t := resp.Responses[0].GetResponseTxn()
+		ok = t != nil && t.Succeeded
+	}
+	if ok {
+		e.mu.Lock()
+		e.recRev = resp.Header.Revision
+		e.mu.Unlock()
 	}
 }
 
