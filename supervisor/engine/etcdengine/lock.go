@@ -98,7 +98,7 @@ type entry struct {
 	gone       string   // the entry whose lease's end was judged: judged once
 	// obsSeen is set once obs was first filled in (tests wait for it).
 	obsSeen atomic.Bool
-	tried      string   // the record a take whose reply was lost was made on
+	tried   string // the record a take whose reply was lost was made on
 
 	// Set once held.
 	held       bool
