@@ -13,6 +13,7 @@ import (
 
 	"github.com/coordrun/coordrun/ensemble/client"
 	"github.com/coordrun/coordrun/supervisor"
+	"github.com/coordrun/coordrun/supervisor/state"
 )
 
 // cronChaosKinds are the faults of the cron chaos run: the host whose job
@@ -69,13 +70,13 @@ func TestChaosCron(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	var recs []supervisor.FiringRecord
+	var recs []state.FiringRecord
 	waitErr := func() error {
 		for ctx.Err() == nil {
-			recs, err = supervisor.CronHistory(ctx, c, root, r.lock)
+			recs, err = supervisor.CronHistory(ctx, store(c), root, r.lock)
 			kids, _, herr := c.Children(ctx, path.Join(root, r.lock, "hosts"))
-			if err == nil && herr == nil && !slices.ContainsFunc(recs, func(x supervisor.FiringRecord) bool {
-				open := x.State == supervisor.FiringClaimed || x.State == supervisor.FiringRunning
+			if err == nil && herr == nil && !slices.ContainsFunc(recs, func(x state.FiringRecord) bool {
+				open := x.State == state.FiringClaimed || x.State == state.FiringRunning
 				return open && !slices.Contains(kids, x.HostNode)
 			}) {
 				return nil
@@ -100,7 +101,7 @@ func TestChaosCron(t *testing.T) {
 // retryLost+1 attempts or runs; a run a fault was aimed at (aimed: token
 // → fault) is recorded lost, as an earlier attempt or as the firing's
 // end.
-func checkCronFirings(recs []supervisor.FiringRecord, runs []chaosRec, aimed map[int64]string, retryLost int) []string {
+func checkCronFirings(recs []state.FiringRecord, runs []chaosRec, aimed map[int64]string, retryLost int) []string {
 	var bad []string
 	firingOf := map[int64]time.Time{}
 	claim := func(tok int64, s time.Time) {
@@ -112,7 +113,7 @@ func checkCronFirings(recs []supervisor.FiringRecord, runs []chaosRec, aimed map
 		}
 		firingOf[tok] = s
 	}
-	byFiring := map[time.Time]supervisor.FiringRecord{}
+	byFiring := map[time.Time]state.FiringRecord{}
 	for _, x := range recs {
 		byFiring[x.Scheduled] = x
 		claim(x.Token, x.Scheduled)
@@ -146,8 +147,8 @@ func checkCronFirings(recs []supervisor.FiringRecord, runs []chaosRec, aimed map
 			continue // reported above, if it ran
 		}
 		x := byFiring[s]
-		lostEarlier := slices.ContainsFunc(x.Earlier, func(e supervisor.PastAttempt) bool { return e.Token == tok && !e.Lost.IsZero() })
-		if !lostEarlier && (x.Token != tok || x.State != supervisor.FiringLost) {
+		lostEarlier := slices.ContainsFunc(x.Earlier, func(e state.PastAttempt) bool { return e.Token == tok && !e.Lost.IsZero() })
+		if !lostEarlier && (x.Token != tok || x.State != state.FiringLost) {
 			bad = append(bad, fmt.Sprintf("%s: the run of token %d (firing %s) is not recorded lost: record %s attempt %d token %d, earlier %+v",
 				kind, tok, cronFmt(s), x.State, x.Attempt, x.Token, x.Earlier))
 		}
@@ -159,11 +160,11 @@ func checkCronFirings(recs []supervisor.FiringRecord, runs []chaosRec, aimed map
 // each kind of fault in it is caught.
 func TestCronFiringsChecker(t *testing.T) {
 	s1, s2 := time.Unix(1_800_000_000, 0).UTC(), time.Unix(1_800_000_002, 0).UTC()
-	good := func() []supervisor.FiringRecord {
-		return []supervisor.FiringRecord{
-			{Scheduled: s1, State: supervisor.FiringDone, Token: 20, Attempt: 2,
-				Earlier: []supervisor.PastAttempt{{Attempt: 1, Token: 10, Lost: s1.Add(3 * time.Second), Reason: "its host's session ended"}}},
-			{Scheduled: s2, State: supervisor.FiringLost, Token: 30, Attempt: 1},
+	good := func() []state.FiringRecord {
+		return []state.FiringRecord{
+			{Scheduled: s1, State: state.FiringDone, Token: 20, Attempt: 2,
+				Earlier: []state.PastAttempt{{Attempt: 1, Token: 10, Lost: s1.Add(3 * time.Second), Reason: "its host's session ended"}}},
+			{Scheduled: s2, State: state.FiringLost, Token: 30, Attempt: 1},
 		}
 	}
 	start := func(tok int64) chaosRec { return chaosRec{kind: "start", token: tok, host: "h"} }
@@ -174,24 +175,24 @@ func TestCronFiringsChecker(t *testing.T) {
 	}
 	for _, c := range []struct {
 		name  string
-		edit  func(recs []supervisor.FiringRecord) ([]supervisor.FiringRecord, []chaosRec)
+		edit  func(recs []state.FiringRecord) ([]state.FiringRecord, []chaosRec)
 		wants string
 	}{
-		{"a run of no firing", func(r []supervisor.FiringRecord) ([]supervisor.FiringRecord, []chaosRec) {
+		{"a run of no firing", func(r []state.FiringRecord) ([]state.FiringRecord, []chaosRec) {
 			return r, append(slices.Clone(runs), start(40))
 		}, "belongs to no firing"},
-		{"a firing run more often than attempts", func(r []supervisor.FiringRecord) ([]supervisor.FiringRecord, []chaosRec) {
+		{"a firing run more often than attempts", func(r []state.FiringRecord) ([]state.FiringRecord, []chaosRec) {
 			return r, append(slices.Clone(runs), start(30))
 		}, "ran 2 times with 1 attempts"},
-		{"too many attempts", func(r []supervisor.FiringRecord) ([]supervisor.FiringRecord, []chaosRec) {
+		{"too many attempts", func(r []state.FiringRecord) ([]state.FiringRecord, []chaosRec) {
 			r[0].Attempt = 3
 			return r, runs
 		}, "3 attempts, more than retry-lost + 1"},
-		{"an aimed run not recorded lost", func(r []supervisor.FiringRecord) ([]supervisor.FiringRecord, []chaosRec) {
-			r[1].State = supervisor.FiringDone
+		{"an aimed run not recorded lost", func(r []state.FiringRecord) ([]state.FiringRecord, []chaosRec) {
+			r[1].State = state.FiringDone
 			return r, runs
 		}, "token 30 (firing"},
-		{"one token in two firings", func(r []supervisor.FiringRecord) ([]supervisor.FiringRecord, []chaosRec) {
+		{"one token in two firings", func(r []state.FiringRecord) ([]state.FiringRecord, []chaosRec) {
 			r[1].Token = 20
 			return r, runs[:2]
 		}, "token 20 is an attempt of the firings"},

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/coordrun/coordrun/internal/testkit"
-	"github.com/coordrun/coordrun/supervisor"
+	"github.com/coordrun/coordrun/supervisor/state"
 )
 
 // cronCLI runs `coordrun cron <args> --servers ... --root root` and
@@ -55,11 +55,11 @@ func TestCronPauseTriggerBackfill(t *testing.T) {
 	if out, _ := cronCLI(t, r, root, "pause", job); !strings.Contains(out, "already paused") {
 		t.Errorf("second cron pause: %q, want it to say already paused", out)
 	}
-	var pausedRecs []supervisor.FiringRecord
+	var pausedRecs []state.FiringRecord
 	testkit.WaitFor(t, 3*every+10*time.Second, "two firings recorded paused", func() bool {
 		pausedRecs = pausedRecs[:0]
 		for _, x := range cronHistory(t, obs, root, job) {
-			if x.State == supervisor.FiringPaused && x.Scheduled.After(paused) {
+			if x.State == state.FiringPaused && x.Scheduled.After(paused) {
 				pausedRecs = append(pausedRecs, x)
 			}
 		}
@@ -70,10 +70,10 @@ func TestCronPauseTriggerBackfill(t *testing.T) {
 	if out, code := cronCLI(t, r, root, "trigger", job); code != 0 || !strings.Contains(out, "triggered") {
 		t.Fatalf("cron trigger: exit %d: %s", code, out)
 	}
-	var triggered supervisor.FiringRecord
+	var triggered state.FiringRecord
 	testkit.WaitFor(t, 10*time.Second, "the triggered firing to run", func() bool {
 		for _, x := range cronHistory(t, obs, root, job) {
-			if strings.HasPrefix(x.Reason, "triggered by") && x.State == supervisor.FiringDone {
+			if strings.HasPrefix(x.Reason, "triggered by") && x.State == state.FiringDone {
 				triggered = x
 				return true
 			}
@@ -87,7 +87,7 @@ func TestCronPauseTriggerBackfill(t *testing.T) {
 	resumed := time.Now()
 	testkit.WaitFor(t, 2*every+10*time.Second, "a firing to run after the resume", func() bool {
 		for _, x := range cronHistory(t, obs, root, job) {
-			if x.State == supervisor.FiringDone && x.Scheduled.After(resumed) && x.Reason == "" {
+			if x.State == state.FiringDone && x.Scheduled.After(resumed) && x.Reason == "" {
 				return true
 			}
 		}
@@ -116,7 +116,7 @@ func TestCronPauseTriggerBackfill(t *testing.T) {
 	testkit.WaitFor(t, 20*time.Second, "every backfilled firing to run", func() bool {
 		recs := cronByTime(cronHistory(t, obs, root, job))
 		for _, at := range want {
-			if x, ok := recs[at.Unix()]; !ok || x.State != supervisor.FiringDone {
+			if x, ok := recs[at.Unix()]; !ok || x.State != state.FiringDone {
 				return false
 			}
 		}

@@ -26,6 +26,7 @@ import (
 	"github.com/coordrun/coordrun/ensemble/client"
 	"github.com/coordrun/coordrun/internal/testkit"
 	"github.com/coordrun/coordrun/supervisor"
+	"github.com/coordrun/coordrun/supervisor/state"
 )
 
 // cronEnsemble starts a private 3-member ensemble for one test and stops
@@ -136,14 +137,14 @@ func cronStarts(lines []cronLine) map[int64][]cronLine {
 }
 
 // cronHistory reads a job's firing records after a sync.
-func cronHistory(t *testing.T, c *client.Client, root, job string) []supervisor.FiringRecord {
+func cronHistory(t *testing.T, c *client.Client, root, job string) []state.FiringRecord {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := c.Sync(ctx, root); err != nil {
 		t.Fatalf("sync %s: %v", root, err)
 	}
-	recs, err := supervisor.CronHistory(ctx, c, root, job)
+	recs, err := supervisor.CronHistory(ctx, store(c), root, job)
 	if err != nil {
 		t.Fatalf("history of %s: %v", job, err)
 	}
@@ -151,8 +152,8 @@ func cronHistory(t *testing.T, c *client.Client, root, job string) []supervisor.
 }
 
 // cronByTime indexes firing records by scheduled unix seconds.
-func cronByTime(recs []supervisor.FiringRecord) map[int64]supervisor.FiringRecord {
-	m := map[int64]supervisor.FiringRecord{}
+func cronByTime(recs []state.FiringRecord) map[int64]state.FiringRecord {
+	m := map[int64]state.FiringRecord{}
 	for _, r := range recs {
 		m[r.Scheduled.Unix()] = r
 	}
@@ -396,7 +397,7 @@ func cronStopProcs(t *testing.T, ps []*proc) {
 }
 
 // cronHistoryJSON runs `coordrun cron history JOB --json --last 0`.
-func cronHistoryJSON(t *testing.T, r *rig, root, job string) []supervisor.FiringRecord {
+func cronHistoryJSON(t *testing.T, r *rig, root, job string) []state.FiringRecord {
 	t.Helper()
 	cmd := exec.Command(e2eBin, "cron", "history", job, "--json", "--last", "0", "--servers", r.b.serverArg(), "--root", root)
 	cmd.Env = append(baseEnv(), r.mark)
@@ -406,7 +407,7 @@ func cronHistoryJSON(t *testing.T, r *rig, root, job string) []supervisor.Firing
 	if err != nil {
 		t.Fatalf("coordrun cron history: %v\n%s", err, stderr.String())
 	}
-	var recs []supervisor.FiringRecord
+	var recs []state.FiringRecord
 	if err := json.Unmarshal(out, &recs); err != nil {
 		t.Fatalf("coordrun cron history --json: %v\n%s", err, out)
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/coordrun/coordrun/ensemble/client"
 	"github.com/coordrun/coordrun/supervisor"
+	"github.com/coordrun/coordrun/supervisor/state"
 )
 
 // Separate history limits on a real ensemble: records written as hosts
@@ -32,12 +33,12 @@ func TestCronHistoryLimits(t *testing.T) {
 	base := time.Now().Add(-3 * time.Hour).Truncate(time.Second)
 	add := func(i int, result string) {
 		zero, one := 0, 1
-		r := supervisor.FiringRecord{Job: "nightly", Scheduled: base.Add(time.Duration(i) * time.Minute), State: supervisor.FiringDone, ExitCode: &zero}
+		r := state.FiringRecord{Job: "nightly", Scheduled: base.Add(time.Duration(i) * time.Minute), State: state.FiringDone, ExitCode: &zero}
 		switch result {
 		case "failed":
 			r.ExitCode = &one
 		case "lost", "skipped":
-			r.State, r.ExitCode = supervisor.FiringState(result), nil
+			r.State, r.ExitCode = state.FiringState(result), nil
 		}
 		b, _ := json.Marshal(r)
 		if _, err := c.Create(ctx, path.Join(firings, fmt.Sprintf("%013d", r.Scheduled.Unix())), b, 0, client.OpenACL); err != nil {
@@ -47,7 +48,7 @@ func TestCronHistoryLimits(t *testing.T) {
 	left := func() []string {
 		var out []string
 		for _, r := range cronHistory(t, c, root, "nightly") {
-			out = append(out, fmt.Sprintf("%d:%s", int(r.Scheduled.Sub(base)/time.Minute), supervisor.FiringResult(r)))
+			out = append(out, fmt.Sprintf("%d:%s", int(r.Scheduled.Sub(base)/time.Minute), state.ResultOf(r)))
 		}
 		return out
 	}

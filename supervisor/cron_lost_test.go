@@ -12,6 +12,7 @@ import (
 
 	"github.com/coordrun/coordrun/internal/testkit"
 	"github.com/coordrun/coordrun/supervisor"
+	"github.com/coordrun/coordrun/supervisor/state"
 )
 
 // A firing's claimant dies (kill -9) or its whole host freezes (SIGSTOP of
@@ -79,13 +80,13 @@ func cronLost(t *testing.T, b *backend, fault string, retry int) {
 	}
 
 	// The firing's record settles: run again and done, or lost.
-	var rec supervisor.FiringRecord
+	var rec state.FiringRecord
 	testkit.WaitFor(t, cronSessionTimeout+every+10*time.Second, "the lost firing's record to settle", func() bool {
 		rec = cronByTime(cronHistory(t, obs, root, job))[v.Unix()]
 		if retry > 0 {
-			return rec.State == supervisor.FiringDone && rec.Attempt == 2
+			return rec.State == state.FiringDone && rec.Attempt == 2
 		}
-		return rec.State == supervisor.FiringLost
+		return rec.State == state.FiringLost
 	})
 	starts := cronStarts(cronReadLog(t, runs))[v.Unix()]
 	if fault == "freeze" {
@@ -113,7 +114,7 @@ func cronLost(t *testing.T, b *backend, fault string, retry int) {
 		if len(starts) != 1 {
 			t.Errorf("firing %s with retry-lost 0 ran %d times, want once", cronFmt(v), len(starts))
 		}
-		if rec.State != supervisor.FiringLost {
+		if rec.State != state.FiringLost {
 			t.Errorf("firing %s: state %s, want lost", cronFmt(v), rec.State)
 		}
 	case len(starts) != 2:
@@ -148,10 +149,10 @@ func TestCronMaxRuntime(t *testing.T) {
 	runs := r.path("runs.log")
 	procs := cronStartProcs(r, 1, "m", root, job, "@every 3s", []string{"--max-runtime", limit.String()}, cronScript(runs, 5*time.Second))
 	cronAwaitHosts(t, obs, root, job, 1)
-	var rec supervisor.FiringRecord
+	var rec state.FiringRecord
 	testkit.WaitFor(t, 15*time.Second, "a firing to be stopped for its run time", func() bool {
 		for _, x := range cronHistory(t, obs, root, job) {
-			if x.State == supervisor.FiringTimedOut {
+			if x.State == state.FiringTimedOut {
 				rec = x
 				return true
 			}
@@ -228,10 +229,10 @@ func TestCronOutputKept(t *testing.T) {
 	script := `for i in $(seq 10 39); do echo "line $i."; done; echo "to stderr" >&2`
 	procs := cronStartProcs(r, 1, "o", root, job, "@every 2s", []string{"--output-bytes", "40"}, []string{"/bin/sh", "-c", script})
 	cronAwaitHosts(t, obs, root, job, 1)
-	var rec supervisor.FiringRecord
+	var rec state.FiringRecord
 	testkit.WaitFor(t, 10*time.Second, "a firing with its output", func() bool {
 		for _, x := range cronHistory(t, obs, root, job) {
-			if x.State == supervisor.FiringDone && x.OutputBytes > 0 {
+			if x.State == state.FiringDone && x.OutputBytes > 0 {
 				rec = x
 				return true
 			}
@@ -298,7 +299,7 @@ sleep 30 & wait`, runs, runs)
 	checked := 0
 	for i := 1; i < len(starts); i++ {
 		prev, next := starts[i-1], starts[i]
-		if x := recs[prev.sched.Unix()]; x.State != supervisor.FiringReplaced {
+		if x := recs[prev.sched.Unix()]; x.State != state.FiringReplaced {
 			continue // the last runs, stopped with the hosts
 		}
 		if _, ok := termOf[prev.sched.Unix()]; !ok {
@@ -335,10 +336,10 @@ func TestCronRetryFailed(t *testing.T) {
 	script := fmt.Sprintf(`echo "start $COORDRUN_SCHEDULED_TIME $(date +%%s%%N) $CRON_HOST $COORDRUN_FENCING_TOKEN $COORDRUN_ATTEMPT" >> %s; [ "$COORDRUN_ATTEMPT" -ge 3 ] || exit 3`, runs)
 	procs := cronStartProcs(r, 2, "f", root, job, "@every 30s", []string{"--retry-failed", "2", "--retry-backoff", backoff.String()}, []string{"/bin/sh", "-c", script})
 	cronAwaitHosts(t, obs, root, job, 2)
-	var rec supervisor.FiringRecord
+	var rec state.FiringRecord
 	testkit.WaitFor(t, 50*time.Second, "a firing to succeed at its third attempt", func() bool {
 		for _, x := range cronHistory(t, obs, root, job) {
-			if supervisor.FiringResult(x) == "done" && x.Attempt == 3 {
+			if state.ResultOf(x) == "done" && x.Attempt == 3 {
 				rec = x
 				return true
 			}
@@ -388,10 +389,10 @@ func TestCronHooks(t *testing.T) {
 	bad := cronStartProcs(r, 2, "b", "/cron-hooks", "bad", "@every 10s", flags, []string{"/bin/sh", "-c", "exit 3"})
 	cronAwaitHosts(t, obs, "/cron-hooks", "good", 2)
 	cronAwaitHosts(t, obs, "/cron-hooks", "bad", 2)
-	var failed supervisor.FiringRecord
+	var failed state.FiringRecord
 	testkit.WaitFor(t, 30*time.Second, "a firing of bad to fail for good", func() bool {
 		for _, x := range cronHistory(t, obs, "/cron-hooks", "bad") {
-			if supervisor.FiringResult(x) == "failed" && x.Attempt == 2 {
+			if state.ResultOf(x) == "failed" && x.Attempt == 2 {
 				failed = x
 				return true
 			}
@@ -420,7 +421,7 @@ func TestCronHooks(t *testing.T) {
 		}
 	}
 	for _, x := range cronHistory(t, obs, "/cron-hooks", "good") {
-		if supervisor.FiringResult(x) != "done" {
+		if state.ResultOf(x) != "done" {
 			continue
 		}
 		if n := lines["success good "+x.Scheduled.Format(time.RFC3339)+" done 1"]; n != 1 {
@@ -449,13 +450,13 @@ func TestCronRetryOutlivesHost(t *testing.T) {
 	cronAwaitHosts(t, obs, root, job, 3)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if _, err := supervisor.RequestCron(ctx, obs, root, job, supervisor.CronRequest{Kind: "trigger", Times: []time.Time{time.Now().UTC().Truncate(time.Second)}, By: "test"}); err != nil {
+	if _, err := supervisor.RequestCron(ctx, store(obs), root, job, state.CronRequest{Kind: "trigger", Times: []time.Time{time.Now().UTC().Truncate(time.Second)}, By: "test"}, time.Now()); err != nil {
 		t.Fatal(err)
 	}
-	var failed supervisor.FiringRecord
+	var failed state.FiringRecord
 	testkit.WaitFor(t, 20*time.Second, "the triggered firing's first attempt to fail", func() bool {
 		for _, x := range cronHistory(t, obs, root, job) {
-			if supervisor.FiringResult(x) == "failed" && x.Attempt == 1 {
+			if state.ResultOf(x) == "failed" && x.Attempt == 1 {
 				failed = x
 				return true
 			}
@@ -480,10 +481,10 @@ func TestCronRetryOutlivesHost(t *testing.T) {
 		t.Fatalf("attempt 1 ran on %q, none of the hosts", ranOn)
 	}
 	victim.Kill()
-	var done supervisor.FiringRecord
+	var done state.FiringRecord
 	testkit.WaitFor(t, backoff+20*time.Second, "the retry to succeed on another host", func() bool {
 		for _, x := range cronHistory(t, obs, root, job) {
-			if x.Scheduled.Equal(failed.Scheduled) && supervisor.FiringResult(x) == "done" {
+			if x.Scheduled.Equal(failed.Scheduled) && state.ResultOf(x) == "done" {
 				done = x
 				return true
 			}

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/coordrun/coordrun/internal/testkit"
-	"github.com/coordrun/coordrun/supervisor"
+	"github.com/coordrun/coordrun/supervisor/state"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
@@ -85,7 +85,7 @@ func TestCronMetrics(t *testing.T) {
 	testkit.WaitFor(t, 20*time.Second, "five firings done", func() bool {
 		n := 0
 		for _, x := range cronHistory(t, obs, root, job) {
-			if supervisor.FiringResult(x) == "done" {
+			if state.ResultOf(x) == "done" {
 				n++
 			}
 		}
@@ -121,9 +121,9 @@ func TestCronMetrics(t *testing.T) {
 	})
 	cronStopProcs(t, procs)
 	recs := cronHistory(t, obs, root, job)
-	done, newest := 0, supervisor.FiringRecord{}
+	done, newest := 0, state.FiringRecord{}
 	for _, x := range recs {
-		if supervisor.FiringResult(x) == "done" {
+		if state.ResultOf(x) == "done" {
 			done++
 			if x.End.After(newest.End) {
 				newest = x

@@ -9,6 +9,7 @@ import (
 
 	"github.com/coordrun/coordrun/internal/testkit"
 	"github.com/coordrun/coordrun/supervisor"
+	"github.com/coordrun/coordrun/supervisor/state"
 )
 
 // The skew test's three clocks (−3 s, 0, +2.5 s) with retries and a
@@ -35,7 +36,7 @@ func TestCronSkewRetriesPause(t *testing.T) {
 		hosts = append(hosts, cronStartHost(t, r, sink, cronHostSpec{label: s.label, skew: s.skew, root: root,
 			jobs: func() []*supervisor.CronJob {
 				return []*supervisor.CronJob{{Name: job, Spec: "@every 1s", Argv: []string{"/bin/sh", "-c", script},
-					Overlap: supervisor.OverlapQueue, RetryLost: retryLost, RetryFailed: retryFailed, RetryBackoff: 200 * time.Millisecond}}
+					Overlap: state.OverlapQueue, RetryLost: retryLost, RetryFailed: retryFailed, RetryBackoff: 200 * time.Millisecond}}
 			}}))
 	}
 	t.Cleanup(func() {
@@ -54,23 +55,23 @@ func TestCronSkewRetriesPause(t *testing.T) {
 	defer cancel()
 	cronWaitFor(first.Add(time.Second))
 	pauseFrom := time.Now()
-	if ok, err := supervisor.PauseCron(ctx, obs, root, job, "test"); err != nil || !ok {
+	if ok, err := supervisor.PauseCron(ctx, store(obs), root, job, "test"); err != nil || !ok {
 		t.Fatalf("PauseCron = %v, %v", ok, err)
 	}
 	paused := time.Now()
 	cronWaitFor(paused.Add(3 * time.Second))
 	resumeFrom := time.Now()
-	if ok, err := supervisor.ResumeCron(ctx, obs, root, job); err != nil || !ok {
+	if ok, err := supervisor.ResumeCron(ctx, store(obs), root, job); err != nil || !ok {
 		t.Fatalf("ResumeCron = %v, %v", ok, err)
 	}
 	resumed := time.Now()
 
-	var recs map[int64]supervisor.FiringRecord
-	settled := func(rec supervisor.FiringRecord, ok bool) bool {
+	var recs map[int64]state.FiringRecord
+	settled := func(rec state.FiringRecord, ok bool) bool {
 		if !ok {
 			return false
 		}
-		res := supervisor.FiringResult(rec)
+		res := state.ResultOf(rec)
 		return res == "done" || res == "paused" || (res == "failed" && max(rec.Attempt, 1) > retryFailed)
 	}
 	testkit.WaitFor(t, time.Until(last)+3*time.Second+20*time.Second, "every firing of the window to end, retries too", func() bool {
@@ -91,7 +92,7 @@ func TestCronSkewRetriesPause(t *testing.T) {
 	for s := first; !s.After(last); s = s.Add(time.Second) {
 		rec := recs[s.Unix()]
 		ls := starts[s.Unix()]
-		res := supervisor.FiringResult(rec)
+		res := state.ResultOf(rec)
 		if len(ls) > retryLost+retryFailed+1 {
 			t.Errorf("firing %s ran %d times, more than retry-lost + retry-failed + 1", cronFmt(s), len(ls))
 		}

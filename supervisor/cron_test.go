@@ -22,6 +22,7 @@ import (
 	"github.com/coordrun/coordrun/ensemble/wire"
 	"github.com/coordrun/coordrun/internal/testkit"
 	"github.com/coordrun/coordrun/supervisor"
+	"github.com/coordrun/coordrun/supervisor/state"
 )
 
 // cronSkews are the host clocks of the skew tests: one 3s behind, one
@@ -54,7 +55,7 @@ func cronSkewRun(t *testing.T, b *backend, root string, history, n int) (trueDel
 				// while the fast host runs the window's first firings;
 				// with skip those collisions would skip window firings
 				// (seen: two skipped in a run). Queue keeps every firing.
-				return []*supervisor.CronJob{{Name: job, Spec: "@every 1s", Argv: cronScript(runs, 0), History: history, Overlap: supervisor.OverlapQueue}}
+				return []*supervisor.CronJob{{Name: job, Spec: "@every 1s", Argv: cronScript(runs, 0), History: history, Overlap: state.OverlapQueue}}
 			}}))
 	}
 	t.Cleanup(func() {
@@ -225,7 +226,7 @@ func TestCronSkew(t *testing.T) {
 // first firing after the expiry runs on time. With "queue" the next
 // firing waits for the expiry and then runs.
 func TestCronHolderCrash(t *testing.T) {
-	for _, overlap := range []string{supervisor.OverlapSkip, supervisor.OverlapQueue} {
+	for _, overlap := range []string{state.OverlapSkip, state.OverlapQueue} {
 		t.Run(overlap, func(t *testing.T) { cronCrash(t, overlap) })
 	}
 }
@@ -253,7 +254,7 @@ func cronCrash(t *testing.T, overlap string) {
 	})
 	v := victimRun.sched
 	// Its claimant, by the firing record's PID.
-	var rec supervisor.FiringRecord
+	var rec state.FiringRecord
 	for _, x := range cronHistoryJSON(t, r, root, job) {
 		if x.Scheduled.Equal(v) {
 			rec = x
@@ -281,7 +282,7 @@ func cronCrash(t *testing.T, overlap string) {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		data, _, err := obs.Get(ctx, path.Join(lockDir, k))
 		cancel()
-		var hi supervisor.HolderInfo
+		var hi state.HolderInfo
 		if err == nil && json.Unmarshal(data, &hi) == nil && hi.PID == victim.Pid() {
 			lockNode = path.Join(lockDir, k)
 		}
@@ -312,7 +313,7 @@ func cronCrash(t *testing.T, overlap string) {
 
 	// Wait for the first firing scheduled after the expiry to finish.
 	after := expired.Add(200 * time.Millisecond).Truncate(every).Add(every)
-	var recs map[int64]supervisor.FiringRecord
+	var recs map[int64]state.FiringRecord
 	testkit.WaitFor(t, time.Until(after)+2*every+10*time.Second, "the firing of "+cronFmt(after)+" to finish", func() bool {
 		recs = cronByTime(cronHistory(t, obs, root, job))
 		x, ok := recs[after.Unix()]
@@ -328,7 +329,7 @@ func cronCrash(t *testing.T, overlap string) {
 	if n := len(starts[v.Unix()]); n != 1 {
 		t.Errorf("crashed firing %s ran %d times, want once", cronFmt(v), n)
 	}
-	if x := recs[v.Unix()]; x.PID != victim.Pid() || x.Nonce != rec.Nonce || x.State != supervisor.FiringLost || len(x.Earlier) != 1 {
+	if x := recs[v.Unix()]; x.PID != victim.Pid() || x.Nonce != rec.Nonce || x.State != state.FiringLost || len(x.Earlier) != 1 {
 		t.Errorf("crashed firing %s: record now %+v, was claimed by pid %d; want it lost, once", cronFmt(v), x, victim.Pid())
 	} else {
 		t.Logf("[%s] crashed firing's record afterwards: state %q (%s), recorded by %s", overlap, x.State, x.Reason, x.Earlier[0].LostBy)
@@ -375,17 +376,17 @@ func cronCrash(t *testing.T, overlap string) {
 		switch {
 		case s.Before(expired.Add(-200 * time.Millisecond)):
 			// The dead host's lock node still holds the lock.
-			if overlap == supervisor.OverlapSkip && (x.State != "skipped" || n != 0) {
+			if overlap == state.OverlapSkip && (x.State != "skipped" || n != 0) {
 				t.Errorf("firing %s, while the dead holder's session lived: state %s, ran %d×; want skipped (overlap skip)", cronFmt(s), x.State, n)
 			}
-			if overlap == supervisor.OverlapQueue {
+			if overlap == state.OverlapQueue {
 				if x.State != "done" || n != 1 {
 					t.Errorf("firing %s, queued behind the dead holder: state %s, ran %d×; want done once", cronFmt(s), x.State, n)
 				} else if st := starts[s.Unix()][0].at; st.Before(expired.Add(-200*time.Millisecond)) || st.After(expired.Add(time.Second)) {
 					t.Errorf("firing %s, queued behind the dead holder, started %v after the session expired; want within [0, 1s)", cronFmt(s), ms(st.Sub(expired)))
 				}
 			}
-		case s.Equal(after) && overlap == supervisor.OverlapSkip:
+		case s.Equal(after) && overlap == state.OverlapSkip:
 			if x.State != "done" || n != 1 {
 				t.Errorf("first firing after the expiry %s: state %s, ran %d×; want done once", cronFmt(s), x.State, n)
 			} else if d := starts[s.Unix()][0].at.Sub(s); d < 0 || d > time.Second {
@@ -420,8 +421,8 @@ func TestCronOutageCatchUp(t *testing.T) {
 		cronWaitFor(missed.Add(300 * time.Millisecond))
 		return missed
 	}
-	awaitDone := func(s time.Time) supervisor.FiringRecord {
-		var x supervisor.FiringRecord
+	awaitDone := func(s time.Time) state.FiringRecord {
+		var x state.FiringRecord
 		testkit.WaitFor(t, time.Until(s)+10*time.Second, "the firing of "+cronFmt(s)+" to finish", func() bool {
 			var ok bool
 			x, ok = cronByTime(cronHistory(t, obs, root, job))[s.Unix()]
@@ -478,11 +479,11 @@ func TestCronOverlap(t *testing.T) {
 	b := cronEnsemble(t)
 	t.Run("skip", func(t *testing.T) {
 		t.Parallel()
-		cronOverlap(t, b, supervisor.OverlapSkip, 2500*time.Millisecond)
+		cronOverlap(t, b, state.OverlapSkip, 2500*time.Millisecond)
 	})
 	t.Run("queue", func(t *testing.T) {
 		t.Parallel()
-		cronOverlap(t, b, supervisor.OverlapQueue, 1500*time.Millisecond)
+		cronOverlap(t, b, state.OverlapQueue, 1500*time.Millisecond)
 	})
 }
 
@@ -509,7 +510,7 @@ func cronOverlap(t *testing.T, b *backend, overlap string, hold time.Duration) {
 	// Firings from here on are reached with both hosts scheduling.
 	from := registered.Truncate(time.Second).Add(time.Second)
 	const wantRuns = 3
-	var recs []supervisor.FiringRecord
+	var recs []state.FiringRecord
 	doneRuns := func() int {
 		n := 0
 		for _, x := range recs {
@@ -546,7 +547,7 @@ func cronOverlap(t *testing.T, b *backend, overlap string, hold time.Duration) {
 	}
 
 	var intervals []cronInterval
-	var done, skipped []supervisor.FiringRecord
+	var done, skipped []state.FiringRecord
 	var other []string
 	for _, x := range recs {
 		if !x.Start.IsZero() && !x.End.IsZero() {
@@ -587,7 +588,7 @@ func cronOverlap(t *testing.T, b *backend, overlap string, hold time.Duration) {
 	t.Logf("[%s] job %v every 1s: %d done [%s], %d skipped, cut short by the stop: %v", overlap, hold, len(done), strings.Join(ds, "; "), len(skipped), other)
 
 	switch overlap {
-	case supervisor.OverlapSkip:
+	case state.OverlapSkip:
 		if len(skipped) < 2 {
 			t.Errorf("%d firings skipped, want at least 2 (the job runs %v every 1s)", len(skipped), hold)
 		}
@@ -609,7 +610,7 @@ func cronOverlap(t *testing.T, b *backend, overlap string, hold time.Duration) {
 		// (A run may start late: skip decides when the claimant tries the
 		// lock, after its claim and queue entry, not at the scheduled
 		// instant; if the previous run ended meanwhile, it runs.)
-	case supervisor.OverlapQueue:
+	case state.OverlapQueue:
 		if len(skipped) != 0 {
 			t.Errorf("%d firings skipped with overlap queue", len(skipped))
 		}

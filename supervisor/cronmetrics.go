@@ -9,25 +9,11 @@ import (
 	"sync"
 	"time"
 
-	"github.com/coordrun/coordrun/ensemble/client"
+	"github.com/coordrun/coordrun/supervisor/engine"
+	"github.com/coordrun/coordrun/supervisor/state"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/common/expfmt"
 )
-
-// Results of a firing, as metrics and history name them: the state of its
-// record, with a run that ended split into done (exit 0) and failed.
-var firingResults = []string{"done", "failed", string(FiringLost), string(FiringTimedOut), string(FiringReplaced), string(FiringSkipped), string(FiringPaused)}
-
-// FiringResult is how a firing ended, or its state while it has not.
-func FiringResult(r FiringRecord) string {
-	if r.State == FiringDone {
-		if r.ExitCode != nil && *r.ExitCode == 0 {
-			return "done"
-		}
-		return "failed"
-	}
-	return string(r.State)
-}
 
 // CronMetrics are a cron process's Prometheus metrics, per job. The
 // last-* gauges start from the records in the ensemble and then follow
@@ -44,8 +30,8 @@ type CronMetrics struct {
 	duration      *prometheus.HistogramVec
 
 	mu       sync.Mutex
-	latest   map[string]FiringRecord // job → newest firing seen
-	success  map[string]time.Time    // job → end of its newest run that exited 0
+	latest   map[string]state.FiringRecord // job → newest firing seen
+	success  map[string]time.Time          // job → end of its newest run that exited 0
 	textfile string
 }
 
@@ -67,7 +53,7 @@ func NewCronMetrics(textfile string) *CronMetrics {
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "coordrun_cron_run_duration_seconds",
 			Help:    "How long this host's runs took, from the job's start to its end.",
 			Buckets: prometheus.ExponentialBuckets(0.1, 4, 10)}, []string{"cron_job"}),
-		latest:   map[string]FiringRecord{},
+		latest:   map[string]state.FiringRecord{},
 		success:  map[string]time.Time{},
 		textfile: textfile,
 	}
@@ -79,7 +65,7 @@ func NewCronMetrics(textfile string) *CronMetrics {
 func (m *CronMetrics) Registry() *prometheus.Registry { return m.reg }
 
 // seed sets the last-* gauges from the job's records in the ensemble.
-func (m *CronMetrics) seed(ctx context.Context, c *client.Client, root string, j *CronJob) {
+func (m *CronMetrics) seed(ctx context.Context, c engine.Store, root string, j *CronJob) {
 	recs, err := CronHistory(ctx, c, root, j.Name)
 	if err != nil {
 		return
@@ -91,22 +77,22 @@ func (m *CronMetrics) seed(ctx context.Context, c *client.Client, root string, j
 }
 
 // observe takes a firing this host ended or recorded.
-func (m *CronMetrics) observe(job string, r FiringRecord) {
+func (m *CronMetrics) observe(job string, r state.FiringRecord) {
 	m.note(job, r, true)
 	m.flush()
 }
 
-// retried counts a lost firing this host runs again.
+// retried counts a firing this host runs again.
 func (m *CronMetrics) retried(job string) {
 	m.retries.WithLabelValues(job).Inc()
 	m.flush()
 }
 
-func (m *CronMetrics) note(job string, r FiringRecord, own bool) {
-	res := FiringResult(r)
-	ended := res != string(FiringClaimed) && res != string(FiringRunning)
+func (m *CronMetrics) note(job string, r state.FiringRecord, own bool) {
+	res := state.ResultOf(r)
+	ended := !r.State.InFlight()
 	if own && ended {
-		m.runs.WithLabelValues(job, res).Inc()
+		m.runs.WithLabelValues(job, string(res)).Inc()
 		if !r.Start.IsZero() && !r.End.IsZero() {
 			m.duration.WithLabelValues(job).Observe(r.End.Sub(r.Start).Seconds())
 		}
@@ -117,17 +103,17 @@ func (m *CronMetrics) note(job string, r FiringRecord, own bool) {
 		m.latest[job] = r
 		m.lastScheduled.WithLabelValues(job).Set(float64(r.Scheduled.UnixNano()) / 1e9)
 	}
-	if res == "done" && !r.End.IsZero() && r.End.After(m.success[job]) {
+	if res == state.ResultDone && !r.End.IsZero() && r.End.After(m.success[job]) {
 		m.success[job] = r.End
 		m.lastSuccess.WithLabelValues(job).Set(float64(r.End.UnixNano()) / 1e9)
 	}
 	if ended && !r.Scheduled.Before(m.latest[job].Scheduled) {
-		for _, x := range firingResults {
+		for _, x := range state.Results {
 			v := 0.0
 			if x == res {
 				v = 1
 			}
-			m.lastResult.WithLabelValues(job, x).Set(v)
+			m.lastResult.WithLabelValues(job, string(x)).Set(v)
 		}
 	}
 }

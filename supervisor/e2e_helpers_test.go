@@ -32,6 +32,7 @@ import (
 	"github.com/coordrun/coordrun/internal/testkit/ensembletest"
 	"github.com/coordrun/coordrun/internal/testkit/zookeeper"
 	"github.com/coordrun/coordrun/supervisor"
+	"github.com/coordrun/coordrun/supervisor/engine/zkengine"
 )
 
 // --- the binary under test and the job helper -------------------------------
@@ -201,6 +202,12 @@ func randHex(n int) string {
 	b := make([]byte, n)
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
+}
+
+// store is c as the supervisor's engine sees it; what it creates gets its
+// folder's ACL, as the cron commands' records do.
+func store(c *client.Client) *zkengine.Conn {
+	return zkengine.New(c, zkengine.Options{InheritACL: true})
 }
 
 func ms(d time.Duration) string { return d.Round(time.Millisecond).String() }
@@ -700,7 +707,7 @@ func (r *rig) state() supervisor.LockState {
 	defer cancel()
 	c := r.observer()
 	_ = c.Sync(ctx, "/coordrun/locks")
-	ls, err := supervisor.Inspect(ctx, c, "/coordrun/locks", []string{r.lock})
+	ls, err := supervisor.Inspect(ctx, store(c), "/coordrun/locks", []string{r.lock})
 	if err != nil || len(ls) != 1 {
 		r.t.Fatalf("inspect %s: %v %v", r.lock, ls, err)
 	}

@@ -7,23 +7,22 @@ import (
 	"path"
 	"sort"
 
-	"github.com/coordrun/coordrun/ensemble/client"
-	"github.com/coordrun/coordrun/ensemble/client/recipe"
-	"github.com/coordrun/coordrun/ensemble/wire"
+	"github.com/coordrun/coordrun/supervisor/engine"
+	"github.com/coordrun/coordrun/supervisor/state"
 )
 
 // LockState is a lock's holder and its waiters, in queue order, as
 // `coordrun status` shows them.
 type LockState struct {
-	Name    string             `json:"name"`
-	Holder  *recipe.Contender  `json:"holder"` // the queue's head
-	Waiters []recipe.Contender `json:"waiters"`
+	Name    string            `json:"name"`
+	Holder  *state.Contender  `json:"holder"` // the queue's head
+	Waiters []state.Contender `json:"waiters"`
 	// LastRecord is the folder's record of the last holder: "held NODE"
 	// or "released NODE".
 	LastRecord string `json:"last_record,omitempty"`
 	// Stopping is a previous holder that left the queue (its node was
 	// deleted) but still owns the run node while it stops its job.
-	Stopping *recipe.RunInfo `json:"stopping,omitempty"`
+	Stopping *state.RunInfo `json:"stopping,omitempty"`
 	// ACL is the lock folder's; Open when any client may delete or change
 	// its nodes.
 	ACL  string `json:"acl,omitempty"`
@@ -36,10 +35,10 @@ type LockState struct {
 
 // Inspect reads the state of the named locks under root, or of every lock
 // when names is empty.
-func Inspect(ctx context.Context, c *client.Client, root string, names []string) ([]LockState, error) {
+func Inspect(ctx context.Context, c engine.Conn, root string, names []string) ([]LockState, error) {
 	if len(names) == 0 {
-		kids, _, err := c.Children(ctx, root)
-		if errors.Is(err, wire.ErrNoNode) {
+		kids, err := c.Children(ctx, root)
+		if errors.Is(err, engine.ErrNotFound) {
 			return nil, nil
 		}
 		if err != nil {
@@ -59,22 +58,20 @@ func Inspect(ctx context.Context, c *client.Client, root string, names []string)
 	return out, nil
 }
 
-func inspectLock(ctx context.Context, c *client.Client, root, name string) (LockState, error) {
-	q, err := recipe.List(ctx, c, path.Join(root, name))
-	if errors.Is(err, wire.ErrNoNode) {
+func inspectLock(ctx context.Context, c engine.Conn, root, name string) (LockState, error) {
+	q, err := c.List(ctx, path.Join(root, name))
+	if errors.Is(err, engine.ErrNotFound) {
 		return LockState{Name: name}, nil // a lock never taken is free
 	}
-	if errors.Is(err, wire.ErrNoAuth) {
+	if errors.Is(err, engine.ErrNoAuth) {
 		// One lock kept from this session must not hide the others.
 		return LockState{Name: name, Unreadable: true}, nil
 	}
 	if err != nil {
 		return LockState{}, fmt.Errorf("lock %s: %w", name, err)
 	}
-	ls := LockState{Name: name, LastRecord: q.Record, Waiters: []recipe.Contender{}, Stopping: q.Stopping}
-	if q.ACL != nil {
-		ls.ACL, ls.Open = recipe.FormatACL(q.ACL), recipe.OpenToAll(q.ACL)
-	}
+	ls := LockState{Name: name, LastRecord: q.Record, Waiters: []state.Contender{}, Stopping: q.Stopping}
+	ls.ACL, ls.Open = q.Access, q.Open
 	if len(q.Contenders) > 0 {
 		ls.Holder = &q.Contenders[0]
 		ls.Waiters = append(ls.Waiters, q.Contenders[1:]...)

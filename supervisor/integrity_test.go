@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coordrun/coordrun/ensemble/client/recipe"
 	"github.com/coordrun/coordrun/ensemble/wire"
 	"github.com/coordrun/coordrun/internal/testkit"
 	"github.com/coordrun/coordrun/supervisor"
@@ -334,7 +335,7 @@ func TestE2ESignalAtAcquisition(t *testing.T) {
 
 // The lock recipe's ACL notation.
 func TestParseACL(t *testing.T) {
-	acl, err := supervisor.ParseACL("digest:ops:abc:def=:cdrwa, world:anyone:r,ip:::1:rw,auth::all")
+	acl, err := recipe.ParseACL("digest:ops:abc:def=:cdrwa, world:anyone:r,ip:::1:rw,auth::all")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -347,11 +348,11 @@ func TestParseACL(t *testing.T) {
 	if fmt.Sprint(acl) != fmt.Sprint(want) {
 		t.Errorf("ParseACL = %+v, want %+v", acl, want)
 	}
-	if got := supervisor.FormatACL(acl); got != "digest:ops:abc:def=:cdrwa,world:anyone:r,ip:::1:rw,auth::cdrwa" {
+	if got := recipe.FormatACL(acl); got != "digest:ops:abc:def=:cdrwa,world:anyone:r,ip:::1:rw,auth::cdrwa" {
 		t.Errorf("FormatACL = %q", got)
 	}
 	for _, bad := range []string{"", "world:anyone", "world:anyone:x", "world:anyone:", ":anyone:r", "digest::r"} {
-		if _, err := supervisor.ParseACL(bad); err == nil {
+		if _, err := recipe.ParseACL(bad); err == nil {
 			t.Errorf("ParseACL(%q) accepted", bad)
 		}
 	}

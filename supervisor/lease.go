@@ -4,7 +4,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/coordrun/coordrun/ensemble/client"
+	"github.com/coordrun/coordrun/supervisor/engine"
 )
 
 // leaseFanout hands every new lease deadline of one client to any number
@@ -13,13 +13,16 @@ import (
 //
 // Safe for concurrent use.
 type leaseFanout struct {
-	mu   sync.Mutex
-	subs map[chan time.Time]struct{}
+	mu   sync.Mutex                  // guards subs
+	subs map[chan time.Time]struct{} // each subscriber's slot
+	done chan struct{}               // closed once the relay has ended
 }
 
-func newLeaseFanout(c *client.Client) *leaseFanout {
-	f := &leaseFanout{subs: map[chan time.Time]struct{}{}}
+// newLeaseFanout relays c's lease updates until c's session ends.
+func newLeaseFanout(c engine.Session) *leaseFanout {
+	f := &leaseFanout{subs: map[chan time.Time]struct{}{}, done: make(chan struct{})}
 	go func() {
+		defer close(f.done)
 		for {
 			select {
 			case l := <-c.LeaseUpdates():
@@ -31,6 +34,9 @@ func newLeaseFanout(c *client.Client) *leaseFanout {
 	}()
 	return f
 }
+
+// wait returns once the relay has ended: after the session's end.
+func (f *leaseFanout) wait() { <-f.done }
 
 func (f *leaseFanout) publish(l time.Time) {
 	f.mu.Lock()

@@ -10,11 +10,12 @@ import (
 	"strings"
 	"time"
 
-	"github.com/coordrun/coordrun/ensemble/client/recipe"
+	"github.com/coordrun/coordrun/supervisor/engine"
+	"github.com/coordrun/coordrun/supervisor/state"
 )
 
-// The lock recipe is recipe's lock queue (see its package doc): a queue of
-// ephemeral sequential nodes, the run node that guards the handoff, the
+// The lock recipe is the engine's lock queue (see supervisor/engine): a
+// queue of ephemeral sequential nodes, the run node that guards the handoff, the
 // folder's record of the last holder, and the rules by which the next in
 // line waits out a previous holder whose nodes someone else deleted. What
 // the supervisor adds is the job: it starts only once the entry holds the
@@ -22,21 +23,10 @@ import (
 // holder's standing is lost (see holding.run), and the lock is released
 // only after the job's whole process group is gone.
 
-// HolderInfo is the data of a contender's node: who is waiting or holding,
-// and how long its job can outlive its standing.
-type HolderInfo = recipe.Info
-
-// ErrNotAcquired: the lock was not had (--try, or --timeout expired).
-var ErrNotAcquired = recipe.ErrNotAcquired
-
-// AccessError: the session may not create what the lock needs.
-type AccessError = recipe.AccessError
-
-// withAccessHint tells coordrun's user how to get the access a recipe was
+// withAccessHint tells coordrun's user how to get the access the store
 // refused.
 func withAccessHint(err error) error {
-	var ae *recipe.AccessError
-	if errors.As(err, &ae) {
+	if errors.Is(err, engine.ErrNoAuth) {
 		return fmt.Errorf("%w; configure --auth or a client certificate that the ACL grants, or have an admin setAcl the folder", err)
 	}
 	return err
@@ -45,7 +35,7 @@ func withAccessHint(err error) error {
 // holderInfo describes this process as a contender running argv (as
 // recordedCommand keeps it); timeout and grace bound how long its job can
 // outlive the loss of its standing.
-func holderInfo(argv []string, full bool, timeout, grace time.Duration) HolderInfo {
+func holderInfo(argv []string, full bool, timeout, grace time.Duration) state.HolderInfo {
 	host, _ := os.Hostname()
 	name := strconv.Itoa(os.Getuid())
 	if u, err := user.Current(); err == nil {
@@ -56,7 +46,7 @@ func holderInfo(argv []string, full bool, timeout, grace time.Duration) HolderIn
 	if len(cmd) > 512 {
 		cmd = cmd[:512]
 	}
-	return HolderInfo{Host: host, PID: os.Getpid(), User: name, Command: cmd, Since: time.Now().UTC().Truncate(time.Millisecond),
+	return state.HolderInfo{Host: host, PID: os.Getpid(), User: name, Command: cmd, Since: time.Now().UTC().Truncate(time.Millisecond),
 		SessionTimeoutMS: timeout.Milliseconds(), KillGraceMS: grace.Milliseconds()}
 }
 

@@ -1,6 +1,8 @@
 package supervisor
 
 import (
+	"github.com/coordrun/coordrun/supervisor/state"
+
 	"strings"
 	"testing"
 	"time"
@@ -91,7 +93,7 @@ func TestCronOptionsValidate(t *testing.T) {
 	}
 	// Validate fills in each job's defaults.
 	o := ok()
-	if err := o.Validate(); err != nil || o.Jobs[0].Overlap != OverlapSkip || o.Jobs[0].History != 100 {
+	if err := o.Validate(); err != nil || o.Jobs[0].Overlap != state.OverlapSkip || o.Jobs[0].History != 100 {
 		t.Errorf("after Validate (%v): job %+v", err, o.Jobs[0])
 	}
 }

@@ -20,9 +20,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/coordrun/coordrun/ensemble/client"
-	"github.com/coordrun/coordrun/ensemble/client/recipe"
 	"github.com/coordrun/coordrun/fencing"
+	"github.com/coordrun/coordrun/supervisor/engine"
 )
 
 // DefaultName derives a lock name from a command: its base name, with
@@ -74,22 +73,24 @@ func Run(ctx context.Context, o Options) (int, error) {
 	}
 	defer s.close()
 	dir := path.Join(o.Root, o.Name)
-	log.Info("waiting for lock", "lock", o.Name, "node_dir", dir, "session", fmt.Sprintf("0x%x", s.c.SessionID()))
+	log.Info("waiting for lock", "lock", o.Name, "node_dir", dir, "session", s.conn.ID())
 
 	e, err := s.enter(ctx, dir, o.Argv)
 	if err != nil {
 		return ExitUsage, err
 	}
-	reportFolderACL(ctx, s.c, dir, s.acl, log)
+	if r, ok := s.conn.(accessReporter); ok {
+		r.ReportFolderAccess(ctx, dir)
+	}
 	defer func() {
 		// Whatever happened, leave the queue; the session's close after
 		// this deletes whatever a failed release left.
-		if err := s.release(context.Background(), e); err != nil && !errors.Is(err, client.ErrSessionExpired) && !errors.Is(err, client.ErrClosed) {
+		if err := s.release(context.Background(), e); err != nil && !errors.Is(err, engine.ErrSessionLost) {
 			log.Warn("could not release", "node", e.Node(), "err", err)
 		}
 	}()
 
-	code, err := waitForLock(ctx, o, e, sigs, func(st recipe.Status) {
+	code, err := waitForLock(ctx, o, e, sigs, func(st engine.Status) {
 		if !o.Try && (st.Position == 1 || st.Position == 0 && st.Stopping) {
 			next.arm(spec) // if the first one could not start
 		}
@@ -143,7 +144,7 @@ func (sb *standby) drop() {
 // waitForLock waits in the queue; onStatus sees every change of position.
 // A terminating signal ends the wait (the caller leaves the queue) but
 // stays queued in sigs, so it is seen again at the start of the job.
-func waitForLock(ctx context.Context, o Options, e *recipe.Entry, sigs *signalPump, onStatus func(recipe.Status)) (int, error) {
+func waitForLock(ctx context.Context, o Options, e engine.Entry, sigs *signalPump, onStatus func(engine.Status)) (int, error) {
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	if o.Timeout > 0 {
@@ -153,7 +154,7 @@ func waitForLock(ctx context.Context, o Options, e *recipe.Entry, sigs *signalPu
 	}
 	go sigs.cancelOnStop(wctx, cancel)
 	sl := newStatusLine(o.Status, o.TTY, o.Name, o.Log)
-	status := func(st recipe.Status) {
+	status := func(st engine.Status) {
 		sl.update(st)
 		onStatus(st)
 	}
@@ -170,14 +171,20 @@ func waitForLock(ctx context.Context, o Options, e *recipe.Entry, sigs *signalPu
 	switch {
 	case err == nil:
 		return 0, nil
-	case errors.Is(err, ErrNotAcquired):
-		return ExitNotAcquired, fmt.Errorf("lock %s is held by another: %w", o.Name, ErrNotAcquired)
+	case errors.Is(err, engine.ErrNotAcquired):
+		return ExitNotAcquired, fmt.Errorf("lock %s is held by another: %w", o.Name, engine.ErrNotAcquired)
 	case errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil:
-		return ExitNotAcquired, fmt.Errorf("lock %s not acquired within %v: %w", o.Name, o.Timeout, ErrNotAcquired)
-	case errors.Is(err, client.ErrSessionExpired):
+		return ExitNotAcquired, fmt.Errorf("lock %s not acquired within %v: %w", o.Name, o.Timeout, engine.ErrNotAcquired)
+	case errors.Is(err, engine.ErrSessionLost):
 		return ExitSessionLost, fmt.Errorf("session lost while waiting: %w", err)
 	}
 	return ExitUsage, err
+}
+
+// accessReporter is an engine that can say when a lock folder's access
+// is not what this session would have given it (ZooKeeper's ACLs).
+type accessReporter interface {
+	ReportFolderAccess(ctx context.Context, dir string)
 }
 
 // errTimedOut: the job ran past its time limit and was stopped.
@@ -185,7 +192,7 @@ var errTimedOut = errors.New("run time limit reached; job stopped")
 
 // lockEnv is what a job's environment gets once it holds the lock: the
 // lock's identity and its fencing token, then extra.
-func lockEnv(lock string, e *recipe.Entry, extra ...string) []string {
+func lockEnv(lock string, e engine.Entry, extra ...string) []string {
 	env := []string{
 		fencing.EnvToken + "=" + strconv.FormatInt(e.Token(), 10),
 		fencing.EnvLock + "=" + lock,
@@ -198,9 +205,9 @@ func lockEnv(lock string, e *recipe.Entry, extra ...string) []string {
 // watchdog. Its methods run on the goroutine that acquired the lock.
 type holding struct {
 	s        *session
-	e        *recipe.Entry
+	e        engine.Entry
 	sigs     *signalPump
-	standing <-chan recipe.Loss
+	standing <-chan engine.Loss
 	// maxRuntime, when set, stops the job (TERM, then KILL after the
 	// kill grace) once it has run that long; run then reports
 	// errTimedOut.
@@ -238,10 +245,10 @@ func (h *holding) waitToStart(ctx context.Context, lockDelay time.Duration) (int
 			return 0, nil
 		case <-ch:
 		case loss := <-h.standing:
-			log.Error("lock lost before the job started: another client deleted or changed this holder's node", "node", loss.Node, "event", loss.Event, "zxid", fmt.Sprintf("0x%x", loss.Zxid))
+			log.Error("lock lost before the job started: another client deleted or changed this holder's node", "node", loss.Node, "event", loss.Event, "revision", loss.Revision)
 			return ExitLockLost, fmt.Errorf("lock lost: %s", loss)
-		case <-h.s.c.Done():
-			return ExitSessionLost, fmt.Errorf("session lost before the job started: %w", h.s.c.Err())
+		case <-h.s.conn.Done():
+			return ExitSessionLost, fmt.Errorf("session lost before the job started: %w", h.s.conn.Err())
 		case <-ctx.Done():
 			return ExitUsage, ctx.Err()
 		}
@@ -263,9 +270,9 @@ func (h *holding) run(ctx context.Context, spec jobSpec, armed *guardedJob) (int
 			return ExitUsage, err
 		}
 	}
-	job.Go(s.deadline(s.c.Lease()), spec.lockEnv)
+	job.Go(s.deadline(s.conn.Lease()), spec.lockEnv)
 	sessionLost, timedOut := false, false
-	var lost *recipe.Loss
+	var lost *engine.Loss
 	var limit <-chan time.Time
 	if h.maxRuntime > 0 {
 		t := time.NewTimer(h.maxRuntime)
@@ -288,18 +295,18 @@ func (h *holding) run(ctx context.Context, spec jobSpec, armed *guardedJob) (int
 			if lost == nil {
 				lost = &loss
 				log.Error("lock lost: another client deleted or changed this holder's node; stopping the job",
-					"node", loss.Node, "event", loss.Event, "zxid", fmt.Sprintf("0x%x", loss.Zxid))
+					"node", loss.Node, "event", loss.Event, "revision", loss.Revision)
 				job.Stop()
 				go func() {
-					hctx, cancel := context.WithTimeout(ctx, s.c.SessionTimeout())
+					hctx, cancel := context.WithTimeout(ctx, s.conn.Timeout())
 					defer cancel()
 					h.e.Retake(hctx, loss)
 				}()
 			}
-		case <-s.c.Done():
+		case <-s.conn.Done():
 			if !sessionLost {
 				sessionLost = true
-				log.Error("session lost; stopping the job", "err", s.c.Err())
+				log.Error("session lost; stopping the job", "err", s.conn.Err())
 				job.Stop()
 			}
 		case <-limit:

@@ -21,9 +21,9 @@ import (
 
 	"github.com/coordrun/coordrun/ensemble/client"
 	"github.com/coordrun/coordrun/ensemble/client/recipe"
-	"github.com/coordrun/coordrun/ensemble/wire"
 	"github.com/coordrun/coordrun/internal/testkit"
 	"github.com/coordrun/coordrun/supervisor"
+	"github.com/coordrun/coordrun/supervisor/state"
 	"github.com/go-zookeeper/zk"
 )
 
@@ -126,9 +126,9 @@ func TestCronOutputHasNoCredentials(t *testing.T) {
 
 // awaitDoneFiring waits for a firing of job that ran to its end, read
 // with conn, and returns its record.
-func awaitDoneFiring(t *testing.T, conn *zk.Conn, root, job string) supervisor.FiringRecord {
+func awaitDoneFiring(t *testing.T, conn *zk.Conn, root, job string) state.FiringRecord {
 	t.Helper()
-	var rec supervisor.FiringRecord
+	var rec state.FiringRecord
 	firings := path.Join(root, job, "firings")
 	testkit.WaitFor(t, 20*time.Second, "a firing of "+job+" done", func() bool {
 		kids, _, err := conn.Children(firings)
@@ -137,7 +137,7 @@ func awaitDoneFiring(t *testing.T, conn *zk.Conn, root, job string) supervisor.F
 		}
 		for _, k := range kids {
 			data, _, err := conn.Get(path.Join(firings, k))
-			if err == nil && json.Unmarshal(data, &rec) == nil && rec.State == supervisor.FiringDone {
+			if err == nil && json.Unmarshal(data, &rec) == nil && rec.State == state.FiringDone {
 				return true
 			}
 		}
@@ -171,7 +171,7 @@ func TestE2ERecordCommand(t *testing.T) {
 			conn := foreign(t, b)
 			for _, node := range []string{ls.Holder.Node, path.Join("/coordrun/locks", r.lock, recipe.RunNode)} {
 				data, _, err := conn.Get(node)
-				var info supervisor.HolderInfo
+				var info state.HolderInfo
 				if err != nil || json.Unmarshal(data, &info) != nil {
 					t.Fatalf("read %s: %v %q", node, err, data)
 				}
@@ -194,13 +194,13 @@ func TestE2ERecordCommand(t *testing.T) {
 				return err == nil
 			})
 			data, _, err := conn.Get(path.Join(root, job, "lock", recipe.RunNode))
-			var info supervisor.HolderInfo
+			var info state.HolderInfo
 			if err != nil || json.Unmarshal(data, &info) != nil {
 				t.Fatalf("read the cron job's run node: %v %q", err, data)
 			}
 			want("the cron job's run node", info.Command)
 			data, _, err = conn.Get(path.Join(root, job))
-			var def supervisor.CronJobInfo
+			var def state.CronJobInfo
 			if err != nil || json.Unmarshal(data, &def) != nil {
 				t.Fatalf("read the cron job's definition: %v %q", err, data)
 			}
@@ -323,7 +323,7 @@ func recordsACL(t *testing.T, b *backend, flags []string, readable bool) {
 		t.Fatal(err)
 	}
 	defer oc.Close()
-	if jobs, _, err := supervisor.CronJobs(ctx, oc, root); err != nil || len(jobs) != 1 {
+	if jobs, _, err := supervisor.CronJobs(ctx, store(oc), root); err != nil || len(jobs) != 1 {
 		t.Errorf("the owner's cron listing: %v, %v", jobs, err)
 	}
 }
@@ -332,33 +332,6 @@ func recordsACL(t *testing.T, b *backend, flags []string, readable bool) {
 // entries, what a record keeps of a command line, and which variables a
 // job never sees.
 func TestRecordRules(t *testing.T) {
-	ops := wire.ACL{Perms: wire.PermAll, ID: wire.ID{Scheme: "digest", ID: "ops:h"}}
-	parse := func(s string) []wire.ACL {
-		acl, err := supervisor.ParseACL(s)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return acl
-	}
-	for _, tc := range []struct {
-		own   []wire.ACL
-		extra string
-		want  string
-	}{
-		{[]wire.ACL{ops}, "", "digest:ops:h:cdrwa"},
-		{[]wire.ACL{ops}, "world:anyone:r", "digest:ops:h:cdrwa,world:anyone:r"},
-		{[]wire.ACL{ops}, "digest:ops:h:r,digest:viewer:v:r", "digest:ops:h:cdrwa,digest:viewer:v:r"},
-		{[]wire.ACL{ops}, "auth::cdrwa,world:anyone:r", "auth::cdrwa,world:anyone:r"},
-		{nil, "world:anyone:r", "world:anyone:r"},
-	} {
-		var extra []wire.ACL
-		if tc.extra != "" {
-			extra = parse(tc.extra)
-		}
-		if got := supervisor.FormatACL(supervisor.RecordACL(tc.own, extra)); got != tc.want {
-			t.Errorf("recordACL(%v, %q) = %q, want %q", tc.own, tc.extra, got, tc.want)
-		}
-	}
 	argv := []string{"/opt/jobs/dump.sh", argSecret}
 	if got := supervisor.RecordedCommand(argv, false); !slices.Equal(got, []string{"dump.sh"}) {
 		t.Errorf("recorded command %q, want [dump.sh]", got)

@@ -1,16 +1,12 @@
 package supervisor
 
 import (
-	"context"
-	"crypto/tls"
 	"fmt"
 	"io"
 	"log/slog"
-	"strings"
 	"time"
 
-	"github.com/coordrun/coordrun/ensemble/client"
-	"github.com/coordrun/coordrun/ensemble/client/recipe"
+	"github.com/coordrun/coordrun/supervisor/engine"
 )
 
 // statusLine shows where a waiting supervisor stands: one line redrawn in
@@ -27,7 +23,7 @@ func newStatusLine(w io.Writer, tty bool, lock string, log *slog.Logger) *status
 	return &statusLine{w: w, tty: tty && w != nil, lock: lock, log: log}
 }
 
-func (s *statusLine) update(q recipe.Status) {
+func (s *statusLine) update(q engine.Status) {
 	if q.Position == 0 && !q.Stopping {
 		return
 	}
@@ -57,21 +53,4 @@ func (s *statusLine) clear() {
 	if s.drew {
 		fmt.Fprint(s.w, "\r\033[K")
 	}
-}
-
-// isApacheZooKeeper asks the first reachable server who it is. An answer
-// that does not name coordrun, or none at all, counts as ZooKeeper: the
-// cautious side, since it only widens the margin.
-func isApacheZooKeeper(ctx context.Context, servers []string, tc *tls.Config) bool {
-	for _, s := range servers {
-		// As much as a dial and a read of 2s each took before.
-		sctx, cancel := context.WithTimeout(ctx, 4*time.Second)
-		b, _ := client.FourLetter(sctx, s, "srvr", tc)
-		cancel()
-		if len(b) == 0 {
-			continue
-		}
-		return !strings.Contains(b, "coordrun")
-	}
-	return true
 }

@@ -15,6 +15,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -27,6 +28,7 @@ import (
 	"github.com/coordrun/coordrun/internal/testkit"
 	"github.com/coordrun/coordrun/internal/testkit/ensembletest"
 	"github.com/coordrun/coordrun/supervisor"
+	"github.com/coordrun/coordrun/supervisor/state"
 )
 
 // cronTestDeadAddr is a loopback address nobody listens on: a command
@@ -166,6 +168,13 @@ func TestCronBadInput(t *testing.T) {
 	}
 }
 
+func cronTestExit(code *int) string {
+	if code == nil {
+		return "none"
+	}
+	return strconv.Itoa(*code)
+}
+
 func cronTestMS(d time.Duration) string { return d.Round(time.Millisecond).String() }
 
 // cronTestEnsemble starts a single-member in-process ensemble and returns
@@ -237,12 +246,12 @@ func TestCronHistoryAndList(t *testing.T) {
 		registered = time.Now()
 		return err == nil && len(kids) == 2
 	})
-	var recs []supervisor.FiringRecord
+	var recs []state.FiringRecord
 	testkit.WaitFor(t, 20*time.Second, "three firings to finish", func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		var err error
-		recs, err = supervisor.CronHistory(ctx, c, root, job)
+		recs, err = supervisor.CronHistory(ctx, storeOf(c), root, job)
 		n := 0
 		for _, r := range recs {
 			if r.State == "done" && r.Scheduled.After(registered) {
@@ -257,21 +266,29 @@ func TestCronHistoryAndList(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("cron history --json: exit %d\n%s", code, stderr)
 	}
-	var hist []supervisor.FiringRecord
+	var hist []struct {
+		state.FiringRecord
+		Result string `json:"result"`
+	}
 	if err := json.Unmarshal([]byte(stdout), &hist); err != nil {
 		t.Fatalf("cron history --json: %v\n%s", err, stdout)
 	}
 	hostname, _ := os.Hostname()
-	var done []supervisor.FiringRecord
+	var done []state.FiringRecord
 	for _, r := range hist {
 		if r.State == "done" {
-			done = append(done, r)
+			// The job exits 3: a failed run, as the status page and the
+			// metrics name it.
+			if r.Result != "failed" {
+				t.Errorf("cron history --json: a run that exited %v has result %q, want failed", cronTestExit(r.ExitCode), r.Result)
+			}
+			done = append(done, r.FiringRecord)
 		}
 	}
 	if len(done) < 3 {
 		t.Fatalf("cron history --json: %d done firings, want ≥ 3:\n%s", len(done), stdout)
 	}
-	var prev supervisor.FiringRecord
+	var prev state.FiringRecord
 	for i, r := range done {
 		where := fmt.Sprintf("history record %d (%s)", i, r.Scheduled.Format(time.RFC3339))
 		if r.Job != job || r.Host != hostname || !slices.Contains(pids, r.PID) {
@@ -308,7 +325,7 @@ func TestCronHistoryAndList(t *testing.T) {
 	t.Logf("history: %d records, %d done, tokens %d..%d", len(hist), len(done), done[0].Token, done[len(done)-1].Token)
 
 	stdout, _, code, _ = cronTestExec(t, 20*time.Second, "cron", "history", job, "--json", "--last", "2", "--servers", addr)
-	var last2 []supervisor.FiringRecord
+	var last2 []state.FiringRecord
 	if code != 0 || json.Unmarshal([]byte(stdout), &last2) != nil || len(last2) != 2 {
 		t.Errorf("cron history --last 2: exit %d, %d records:\n%s", code, len(last2), stdout)
 	}
@@ -322,10 +339,20 @@ func TestCronHistoryAndList(t *testing.T) {
 	if err := json.Unmarshal([]byte(stdout), &list); err != nil || len(list) != 1 {
 		t.Fatalf("cron list --json: %v, %d entries:\n%s", err, len(list), stdout)
 	}
+	var lastResult []struct {
+		Last *struct {
+			State  string `json:"state"`
+			Result string `json:"result"`
+		} `json:"last"`
+	}
+	if err := json.Unmarshal([]byte(stdout), &lastResult); err != nil || len(lastResult) != 1 || lastResult[0].Last == nil ||
+		lastResult[0].Last.State == "done" && lastResult[0].Last.Result != "failed" {
+		t.Errorf("cron list --json: the last firing exited 3 and must have result failed:\n%s", stdout)
+	}
 	e := list[0]
 	listed := time.Now()
 	// The command's name only: its arguments are not for every reader.
-	if e.Name != job || e.Schedule != "@every 1s" || !slices.Equal(e.Command, []string{"sh"}) || e.Overlap != supervisor.OverlapSkip || e.CatchUp != "1m0s" {
+	if e.Name != job || e.Schedule != "@every 1s" || !slices.Equal(e.Command, []string{"sh"}) || e.Overlap != state.OverlapSkip || e.CatchUp != "1m0s" {
 		t.Errorf("cron list: job %+v, want %s, @every 1s, [sh], skip, catch-up 1m0s", e.CronJobInfo, job)
 	}
 	if e.Next == nil || e.Next.Nanosecond() != 0 || e.Next.Before(listed.Add(-2*time.Second)) || e.Next.After(listed.Add(time.Second)) {
@@ -350,11 +377,11 @@ func TestCronHistoryAndList(t *testing.T) {
 
 	// The text forms.
 	stdout, _, code, _ = cronTestExec(t, 20*time.Second, "cron", "history", job, "--servers", addr)
-	if code != 0 || !strings.Contains(stdout, "SCHEDULED") || !strings.Contains(stdout, "done") || strings.Count(stdout, "\n") < 4 {
-		t.Errorf("cron history: exit %d:\n%s", code, stdout)
+	if code != 0 || !strings.Contains(stdout, "SCHEDULED") || !strings.Contains(stdout, "failed") || strings.Contains(stdout, "done") || strings.Count(stdout, "\n") < 4 {
+		t.Errorf("cron history: exit %d, want the runs that exited 3 shown failed, none done:\n%s", code, stdout)
 	}
 	stdout, _, code, _ = cronTestExec(t, 20*time.Second, "cron", "list", "--servers", addr)
-	if code != 0 || !strings.Contains(stdout, "JOB") || !strings.Contains(stdout, job) || !strings.Contains(stdout, "@every 1s") {
+	if code != 0 || !strings.Contains(stdout, "JOB") || !strings.Contains(stdout, job) || !strings.Contains(stdout, "@every 1s") || strings.Contains(stdout, "done") {
 		t.Errorf("cron list: exit %d:\n%s", code, stdout)
 	}
 	// A job nobody runs.

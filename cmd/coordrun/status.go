@@ -7,9 +7,9 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/coordrun/coordrun/ensemble/client/recipe"
 	"github.com/coordrun/coordrun/ensemble/wire"
 	"github.com/coordrun/coordrun/supervisor"
+	"github.com/coordrun/coordrun/supervisor/state"
 	"github.com/spf13/cobra"
 )
 
@@ -19,7 +19,7 @@ func newStatusCommand() *cobra.Command {
 		Short: "Show each lock's holder (host, pid, token, since) and its queue",
 		RunE: withClient(func(cmd *cobra.Command, args []string, s *clientSession) error {
 			v, c, ctx := s.v, s.c, s.ctx
-			locks, err := supervisor.Inspect(ctx, c, v.GetString("root"), args)
+			locks, err := supervisor.Inspect(ctx, storeOf(c), v.GetString("root"), args)
 			if err != nil {
 				return err
 			}
@@ -50,7 +50,7 @@ func printLocks(w io.Writer, locks []supervisor.LockState) {
 	var warnings []string
 	for _, l := range locks {
 		if s := l.Stopping; s != nil {
-			row(tw, l.Name, "stopping", recipe.Contender{Node: s.Node, Token: s.Token, Info: s.Info})
+			row(tw, l.Name, "stopping", state.Contender{Node: s.Node, Token: s.Token, Info: s.HolderInfo})
 		}
 		switch {
 		case l.Unreadable:
@@ -82,7 +82,7 @@ func printLocks(w io.Writer, locks []supervisor.LockState) {
 	}
 }
 
-func row(w io.Writer, lock, role string, c recipe.Contender) {
+func row(w io.Writer, lock, role string, c state.Contender) {
 	since := ""
 	if !c.Info.Since.IsZero() {
 		since = c.Info.Since.Local().Format(time.DateTime)

@@ -52,7 +52,7 @@ var (
 	// connection broke before the reply. The session may still live. A
 	// write that returns it may or may not have happened: read back
 	// before writing again (Claim and the lock queue do so themselves).
-	ErrUnreachable = errors.New("store unreachable")
+	ErrUnreachable = errors.New("no ensemble member reachable")
 	// ErrNotAcquired: TryAcquire found the lock held by another
 	// contender, or about to be.
 	ErrNotAcquired = errors.New("lock not acquired")
@@ -175,11 +175,12 @@ type Store interface {
 	// persistent records; those already there are left as they are.
 	EnsureFolder(ctx context.Context, path string) error
 	// Claim creates the persistent record at path if it is absent, and
-	// reports whether this call made it. Unlike Create, it resolves a
-	// lost reply itself: it reads back the record and asks mine whether
-	// the data found is what this call wrote. Creating its folder is the
-	// caller's part (ErrNotFound).
-	Claim(ctx context.Context, path string, data []byte, mine func(data []byte) bool) (won bool, err error)
+	// reports whether this call made it, with the version it was made
+	// at (the precondition of the claimant's next Update). Unlike Create,
+	// it resolves a lost reply itself: it reads back the record and asks
+	// mine whether the data found is what this call wrote. Creating its
+	// folder is the caller's part (ErrNotFound).
+	Claim(ctx context.Context, path string, data []byte, mine func(data []byte) bool) (won bool, v Version, err error)
 	// Get reads a record.
 	Get(ctx context.Context, path string) ([]byte, Stat, error)
 	// GetW reads a record and sets a one-shot watch on it: the channel

@@ -298,7 +298,7 @@ func (e *Entry) atHead(ctx context.Context, q []string, rec string, recVersion i
 		// block the lock for ever.)
 		var info Info
 		if e.lastHolder.Node == x {
-			info = e.lastHolder.Info
+			info = e.lastHolder.HolderInfo
 		}
 		e.suspectHolder(x, info, evidenceStopping)
 	}
@@ -308,7 +308,7 @@ func (e *Entry) atHead(ctx context.Context, q []string, rec string, recVersion i
 		// someone took the lock since), or for its work to be over
 		// whatever happened, before taking: taking would write the record
 		// over.
-		report(Status{Position: 0, Length: len(q), HolderNode: s.owner, Holder: e.lastHolder.Info, Stopping: true})
+		report(Status{Position: 0, Length: len(q), HolderNode: s.owner, Holder: e.lastHolder.HolderInfo, Stopping: true})
 		if try {
 			return false, ErrNotAcquired
 		}
@@ -319,7 +319,7 @@ func (e *Entry) atHead(ctx context.Context, q []string, rec string, recVersion i
 		return false, err
 	}
 	if ok {
-		report(Status{Position: 0, Length: len(q), HolderNode: path.Base(e.node), Holder: e.runInfo(false).Info})
+		report(Status{Position: 0, Length: len(q), HolderNode: path.Base(e.node), Holder: e.runInfo(false).HolderInfo})
 		return true, nil
 	}
 	if busy == nil {
@@ -327,10 +327,10 @@ func (e *Entry) atHead(ctx context.Context, q []string, rec string, recVersion i
 	}
 	// The previous holder still runs; wait for its run node.
 	if orphanedRun(busy.info.Node, q) {
-		e.suspectHolder(busy.info.Node, busy.info.Info, evidenceRunOrphaned)
+		e.suspectHolder(busy.info.Node, busy.info.HolderInfo, evidenceRunOrphaned)
 	}
 	e.lastHolder = busy.info
-	report(Status{Position: 0, Length: len(q), HolderNode: busy.info.Node, Holder: busy.info.Info, Stopping: true})
+	report(Status{Position: 0, Length: len(q), HolderNode: busy.info.Node, Holder: busy.info.HolderInfo, Stopping: true})
 	if try {
 		return false, ErrNotAcquired
 	}
@@ -359,7 +359,7 @@ func (e *Entry) rejoin(ctx context.Context, why string) error {
 	if holder.Node == "" {
 		holder.Node = unknownOwner
 	}
-	e.suspectHolder(holder.Node, holder.Info, why)
+	e.suspectHolder(holder.Node, holder.HolderInfo, why)
 	e.log.Warn("queue node deleted by another client; joining the queue again", "node", e.node, "reason", why)
 	return e.join(ctx)
 }
@@ -375,7 +375,7 @@ func (e *Entry) waiterStatus(ctx context.Context, q []string, pos int, rec []byt
 	}
 	if ok {
 		e.lastHolder = ri
-		st.Holder, st.HolderNode, st.Stopping = ri.Info, ri.Node, ri.Stopping
+		st.Holder, st.HolderNode, st.Stopping = ri.HolderInfo, ri.Node, ri.Stopping
 		return st, nil
 	}
 	// No run node: the head is about to take the lock, or took it and
@@ -557,7 +557,7 @@ func (e *Entry) markHeld(rec string, folder wire.Stat) {
 func (e *Entry) runInfo(stopping bool) RunInfo {
 	hi := e.info
 	hi.Since = e.heldSince
-	return RunInfo{Node: path.Base(e.node), Token: e.czxid, Info: hi, Stopping: stopping}
+	return RunInfo{Node: path.Base(e.node), Token: e.czxid, HolderInfo: hi, Stopping: stopping}
 }
 
 // UncleanHandoff reports whether the previous holder's session ended

@@ -9,30 +9,29 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/coordrun/coordrun/ensemble/client"
 	"github.com/coordrun/coordrun/ensemble/wire"
+	"github.com/coordrun/coordrun/supervisor/state"
 )
 
-// Names in a lock's folder.
+// The lock's names and records have their home in supervisor/state, where
+// every reader of a lock finds them.
 const (
 	// NodePrefix starts every queue node's name: "lock-<id>-<seq>".
-	NodePrefix = "lock-"
+	NodePrefix = state.LockNodePrefix
 	// RunNode is the name of the holder's run node.
-	RunNode = "run"
+	RunNode = state.RunNode
 )
 
-// The folder's record of its last holder.
 const (
-	recordHeld     = "held "
-	recordStopping = "stopping "
-	recordReleased = "released "
+	recordHeld     = state.RecordHeld
+	recordStopping = state.RecordStopping
 )
 
 func heldRecord(node string) string     { return recordHeld + node }
-func stoppingRecord(node string) string { return recordStopping + node }
-func releasedRecord(node string) string { return recordReleased + node }
+func stoppingRecord(node string) string { return state.RecordStopping + node }
+func releasedRecord(node string) string { return state.RecordReleased + node }
 
 // stoppingOf returns the holder a record says is stopping after it lost
 // its standing.
@@ -40,41 +39,11 @@ func stoppingOf(record string) (node string, ok bool) {
 	return strings.CutPrefix(record, recordStopping)
 }
 
-// Info is the data of a contender's queue node: who is waiting or
-// holding, for people reading the queue, and how long its work can
-// outlive its standing, for its successor.
-type Info struct {
-	Host    string    `json:"host"`
-	PID     int       `json:"pid"`
-	User    string    `json:"user"`
-	Command string    `json:"command"`
-	Since   time.Time `json:"since"`
-	// SessionTimeoutMS and KillGraceMS bound how long the contender's work
-	// can outlive its standing: its lease, then the time it takes to stop.
-	// A successor that suspects interference waits that long.
-	SessionTimeoutMS int64 `json:"session_timeout_ms,omitempty"`
-	KillGraceMS      int64 `json:"kill_grace_ms,omitempty"`
-}
-
-// killSlack is added to a contender's own bound: the kill of its work
-// must land and the processes be reaped.
-const killSlack = 100 * time.Millisecond
-
-// outlives is how long after it loses its standing a contender's work may
-// still go on: until its lease runs out, then its kill grace.
-func (i Info) outlives() time.Duration {
-	return time.Duration(i.SessionTimeoutMS+i.KillGraceMS)*time.Millisecond + killSlack
-}
+// Info is the data of a contender's queue node.
+type Info = state.HolderInfo
 
 // RunInfo is the data of the run node: the holder and since when it holds.
-type RunInfo struct {
-	Node  string `json:"node"` // the holder's queue node, its base name
-	Token int64  `json:"token"`
-	Info
-	// Stopping: the holder lost its standing and keeps the run node only
-	// until its work is over.
-	Stopping bool `json:"stopping,omitempty"`
-}
+type RunInfo = state.RunInfo
 
 // Status is a contender's view of the queue while it waits.
 type Status struct {
@@ -140,14 +109,7 @@ func readRun(ctx context.Context, c *client.Client, dir string) (RunInfo, wire.S
 }
 
 // Contender is one node in a lock's queue.
-type Contender struct {
-	Node  string `json:"node"`
-	Token int64  `json:"token"` // the node's czxid: the fencing token it holds with
-	Info  Info   `json:"info"`  // for the holder, Since is when it took the lock
-	// Holding: this contender owns the run node (for the queue's head:
-	// it holds the lock, rather than being about to take it).
-	Holding bool `json:"holding,omitempty"`
-}
+type Contender = state.Contender
 
 // Queue is a lock as a reader sees it.
 type Queue struct {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/coordrun/coordrun/ensemble/wire"
+	"github.com/coordrun/coordrun/supervisor/state"
 )
 
 func TestSeqOf(t *testing.T) {
@@ -66,11 +67,11 @@ func TestOutlives(t *testing.T) {
 		info Info
 		want time.Duration
 	}{
-		{Info{}, killSlack},
-		{Info{SessionTimeoutMS: 10000, KillGraceMS: 2500}, 12500*time.Millisecond + killSlack},
-		{Info{SessionTimeoutMS: 4000}, 4000*time.Millisecond + killSlack},
+		{Info{}, state.KillSlack},
+		{Info{SessionTimeoutMS: 10000, KillGraceMS: 2500}, 12500*time.Millisecond + state.KillSlack},
+		{Info{SessionTimeoutMS: 4000}, 4000*time.Millisecond + state.KillSlack},
 	} {
-		if got := c.info.outlives(); got != c.want {
+		if got := c.info.Outlives(); got != c.want {
 			t.Errorf("%+v.outlives() = %v, want %v", c.info, got, c.want)
 		}
 	}
@@ -90,15 +91,15 @@ func TestSuspicionRaise(t *testing.T) {
 		wantFresh bool
 	}{
 		{"first evidence: the holder's own bounds", suspicion{}, "lock-a-1", theirs, t0,
-			t0.Add(2500*time.Millisecond + killSlack), true},
+			t0.Add(2500*time.Millisecond + state.KillSlack), true},
 		{"bounds unknown: ours", suspicion{}, "lock-a-1", Info{}, t0,
-			t0.Add(7000*time.Millisecond + killSlack), true},
+			t0.Add(7000*time.Millisecond + state.KillSlack), true},
 		{"same owner later: extended", suspicion{owner: "lock-a-1", until: t0.Add(time.Second), why: "old"}, "lock-a-1", theirs, t0.Add(time.Second),
-			t0.Add(time.Second + 2500*time.Millisecond + killSlack), false},
+			t0.Add(time.Second + 2500*time.Millisecond + state.KillSlack), false},
 		{"same owner, shorter bound: kept", suspicion{owner: "lock-a-1", until: t0.Add(time.Hour), why: "old"}, "lock-a-1", theirs, t0,
 			t0.Add(time.Hour), false},
 		{"another owner: replaced, even if sooner", suspicion{owner: "lock-a-1", until: t0.Add(time.Hour)}, "lock-b-2", theirs, t0,
-			t0.Add(2500*time.Millisecond + killSlack), true},
+			t0.Add(2500*time.Millisecond + state.KillSlack), true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			got, fresh := c.before.raise(c.owner, c.info, own, "why", c.at)

@@ -30,7 +30,7 @@ func (s suspicion) raise(owner string, info, own Info, why string, now time.Time
 		// Its settings are unknown: assume ours.
 		info.SessionTimeoutMS, info.KillGraceMS = own.SessionTimeoutMS, own.KillGraceMS
 	}
-	until := now.Add(info.outlives())
+	until := now.Add(info.Outlives())
 	if s.owner == owner && s.until.After(until) {
 		return s, false
 	}

@@ -1,4 +1,4 @@
-package supervisor
+package zkengine
 
 import (
 	"context"
@@ -19,15 +19,6 @@ import (
 // identity may change makes the ensemble refuse it. The same ACL keeps the
 // records (who runs what, where, and a cron run's output) from everyone
 // else's eyes unless --acl grants them read.
-
-// ParseACL reads an ACL in zkCli's notation (see recipe.ParseACL).
-func ParseACL(s string) ([]wire.ACL, error) { return recipe.ParseACL(s) }
-
-// FormatACL writes an ACL in the notation ParseACL reads.
-func FormatACL(acl []wire.ACL) string { return recipe.FormatACL(acl) }
-
-// OpenToAll reports whether anyone may delete or change nodes under an ACL.
-func OpenToAll(acl []wire.ACL) bool { return recipe.OpenToAll(acl) }
 
 // digestID is ZooKeeper's digest identity of "user:password".
 func digestID(userPass string) string {
@@ -68,7 +59,7 @@ func sessionIdentities(ctx context.Context, c *client.Client, auth []client.Auth
 // what a job prints is for whoever runs it, unless they say otherwise.
 // Without credentials there is no identity to restrict to: --acl is the
 // whole ACL, and without it the open one, with a warning.
-func lockACL(ctx context.Context, o ConnOptions, c *client.Client, log *slog.Logger) ([]wire.ACL, error) {
+func lockACL(ctx context.Context, o DialOptions, c *client.Client, log *slog.Logger) ([]wire.ACL, error) {
 	ids, known := sessionIdentities(ctx, c, o.Auth)
 	var own []wire.ACL
 	for _, id := range ids {
@@ -84,7 +75,7 @@ func lockACL(ctx context.Context, o ConnOptions, c *client.Client, log *slog.Log
 		return client.OpenACL, nil
 	}
 	acl := recordACL(own, o.ACL)
-	log.Debug("lock nodes get this ACL", "acl", FormatACL(acl))
+	log.Debug("lock nodes get this ACL", "acl", recipe.FormatACL(acl))
 	return acl, nil
 }
 
@@ -120,7 +111,7 @@ func sameACL(a, b []wire.ACL) bool {
 	key := func(acl []wire.ACL) string {
 		parts := make([]string, len(acl))
 		for i, x := range acl {
-			parts[i] = FormatACL([]wire.ACL{x})
+			parts[i] = recipe.FormatACL([]wire.ACL{x})
 		}
 		sort.Strings(parts)
 		return strings.Join(parts, ",")
@@ -128,11 +119,12 @@ func sameACL(a, b []wire.ACL) bool {
 	return key(a) == key(b)
 }
 
-// reportFolderACL logs, once, a lock folder whose ACL is not the one this
-// run would have given it. The folder is used as it is: changing an ACL
-// someone set is an administrator's decision.
-func reportFolderACL(ctx context.Context, c *client.Client, dir string, want []wire.ACL, log *slog.Logger) {
-	got, _, err := c.GetACL(ctx, dir)
+// ReportFolderAccess logs a lock folder whose ACL is not the one this
+// session would have given it. The folder is used as it is: changing an
+// ACL someone set is an administrator's decision.
+func (z *Conn) ReportFolderAccess(ctx context.Context, dir string) {
+	got, _, err := z.c.GetACL(ctx, dir)
+	want, log := z.o.ACL, z.log
 	if err != nil {
 		return
 	}
@@ -143,8 +135,8 @@ func reportFolderACL(ctx context.Context, c *client.Client, dir string, want []w
 	}
 	switch {
 	case !sameACL(got, want):
-		log.Warn("lock folder has another ACL than configured; using it as it is", "folder", dir, "acl", FormatACL(got), "configured", FormatACL(want))
-	case OpenToAll(got):
-		log.Warn("lock folder is open to every client: anyone can delete its nodes", "folder", dir, "acl", FormatACL(got))
+		log.Warn("lock folder has another ACL than configured; using it as it is", "folder", dir, "acl", recipe.FormatACL(got), "configured", recipe.FormatACL(want))
+	case recipe.OpenToAll(got):
+		log.Warn("lock folder is open to every client: anyone can delete its nodes", "folder", dir, "acl", recipe.FormatACL(got))
 	}
 }

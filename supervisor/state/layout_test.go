@@ -1,4 +1,4 @@
-package supervisor
+package state
 
 import (
 	"encoding/json"
@@ -10,15 +10,15 @@ import (
 )
 
 func TestCronPaths(t *testing.T) {
-	p := cronPaths{root: "/coordrun/cron", job: "nightly"}
+	p := CronPaths{Root: "/coordrun/cron", Job: "nightly"}
 	at := time.Date(2026, 12, 1, 3, 0, 0, 0, time.UTC)
 	for got, want := range map[string]string{
-		p.dir():       "/coordrun/cron/nightly",
-		p.firings():   "/coordrun/cron/nightly/firings",
-		p.hosts():     "/coordrun/cron/nightly/hosts",
-		p.lock():      "/coordrun/cron/nightly/lock",
-		p.firing(at):  "/coordrun/cron/nightly/firings/0001796094000",
-		p.host("h-1"): "/coordrun/cron/nightly/hosts/h-1",
+		p.Dir():       "/coordrun/cron/nightly",
+		p.Firings():   "/coordrun/cron/nightly/firings",
+		p.Hosts():     "/coordrun/cron/nightly/hosts",
+		p.Lock():      "/coordrun/cron/nightly/lock",
+		p.Firing(at):  "/coordrun/cron/nightly/firings/0001796094000",
+		p.Host("h-1"): "/coordrun/cron/nightly/hosts/h-1",
 	} {
 		if got != want {
 			t.Errorf("path %q, want %q", got, want)
@@ -27,7 +27,7 @@ func TestCronPaths(t *testing.T) {
 	// A firing is its scheduled second, whatever the location or the
 	// sub-second part: every host names it alike.
 	berlin := time.FixedZone("CET", 3600)
-	if a, b := firingName(at), firingName(at.In(berlin).Add(999*time.Millisecond)); a != b {
+	if a, b := FiringName(at), FiringName(at.In(berlin).Add(999*time.Millisecond)); a != b {
 		t.Errorf("one firing named %s and %s", a, b)
 	}
 }
@@ -37,11 +37,11 @@ func TestFiringNamesSort(t *testing.T) {
 	times := []time.Time{time.Unix(9, 0), time.Unix(1_000_000_000, 0), time.Unix(99_999, 0), time.Unix(4_102_444_800, 0)}
 	var names []string
 	for _, t := range times {
-		names = append(names, firingName(t))
+		names = append(names, FiringName(t))
 	}
 	sort.Strings(names)
 	for i, want := range []int64{9, 99_999, 1_000_000_000, 4_102_444_800} {
-		if names[i] != firingName(time.Unix(want, 0)) {
+		if names[i] != FiringName(time.Unix(want, 0)) {
 			t.Errorf("sorted names %v: %d is not at %d", names, want, i)
 		}
 	}
@@ -70,18 +70,18 @@ func TestFiringRecordStates(t *testing.T) {
 // and history read.
 func TestTriggeredNames(t *testing.T) {
 	at := time.Unix(1_796_094_000, 0)
-	sched, trig, next := firingName(at), triggeredName(at, "0000000007"), firingName(at.Add(time.Second))
+	sched, trig, next := FiringName(at), TriggeredName(at, "0000000007"), FiringName(at.Add(time.Second))
 	names := []string{next, trig, sched}
 	sort.Strings(names)
 	if names[0] != sched || names[1] != trig || names[2] != next {
 		t.Errorf("sorted %v, want the scheduled record, the triggered one, then the next second's", names)
 	}
 	for _, n := range []string{sched, trig} {
-		if secs, ok := firingSecond(n); !ok || secs != at.Unix() {
-			t.Errorf("firingSecond(%q) = %d, %v; want %d", n, secs, ok, at.Unix())
+		if secs, ok := FiringSecond(n); !ok || secs != at.Unix() {
+			t.Errorf("FiringSecond(%q) = %d, %v; want %d", n, secs, ok, at.Unix())
 		}
 	}
-	if _, ok := firingSecond("t-0000000001"); ok {
+	if _, ok := FiringSecond("t-0000000001"); ok {
 		t.Error("a request node's name read as a firing's second")
 	}
 }
@@ -91,11 +91,11 @@ func TestTriggeredNames(t *testing.T) {
 // neither (skipped, paused, still running).
 func TestExpiredByKind(t *testing.T) {
 	zero, one := 0, 1
-	rec := func(secs int64, st FiringState, exit *int) storedFiring {
-		return storedFiring{name: firingName(time.Unix(secs, 0)), rec: FiringRecord{State: st, ExitCode: exit}}
+	rec := func(secs int64, st FiringState, exit *int) StoredFiring {
+		return StoredFiring{Name: FiringName(time.Unix(secs, 0)), Rec: FiringRecord{State: st, ExitCode: exit}}
 	}
 	// Oldest first: 10 s apart; the horizon at 100 keeps 100 and later.
-	recs := []storedFiring{
+	recs := []StoredFiring{
 		rec(10, FiringDone, &zero),    // success, 4th newest: dropped
 		rec(20, FiringDone, &one),     // failed, 3rd newest: dropped
 		rec(30, FiringRunning, nil),   // running: kept whatever its age
@@ -108,31 +108,31 @@ func TestExpiredByKind(t *testing.T) {
 		rec(100, FiringDone, &zero),   // success, newest: kept
 		rec(110, FiringReplaced, nil), // failed but young: kept, and counts
 	}
-	names := func(fs []storedFiring) []string {
+	names := func(fs []StoredFiring) []string {
 		var out []string
 		for _, f := range fs {
-			secs, _ := firingSecond(f.name)
+			secs, _ := FiringSecond(f.Name)
 			out = append(out, strconv.FormatInt(secs, 10))
 		}
 		return out
 	}
 	for _, c := range []struct {
-		l    historyLimits
+		l    HistoryLimits
 		want string
 	}{
-		{historyLimits{success: 2, failed: 2}, "10 20 50 60"},
-		{historyLimits{success: 2}, "10 60"},
-		{historyLimits{failed: 1}, "20 50 90"},
-		{historyLimits{success: 100, failed: 100}, ""},
+		{HistoryLimits{Success: 2, Failed: 2}, "10 20 50 60"},
+		{HistoryLimits{Success: 2}, "10 60"},
+		{HistoryLimits{Failed: 1}, "20 50 90"},
+		{HistoryLimits{Success: 100, Failed: 100}, ""},
 	} {
-		if got := strings.Join(names(expiredByKind(recs, c.l, 100)), " "); got != c.want {
+		if got := strings.Join(names(c.l.ExpiredByKind(recs, time.Unix(100, 0))), " "); got != c.want {
 			t.Errorf("limits %+v drop %q, want %q", c.l, got, c.want)
 		}
 	}
-	if s := (historyLimits{success: 3, failed: 1}).slack(); s != 1 {
+	if s := (HistoryLimits{Success: 3, Failed: 1}).Slack(); s != 1 {
 		t.Errorf("slack of 4 kept records: %d, want 1", s)
 	}
-	if s := (historyLimits{success: 100, failed: 50}).slack(); s != 15 {
+	if s := (HistoryLimits{Success: 100, Failed: 50}).Slack(); s != 15 {
 		t.Errorf("slack of 150 kept records: %d, want 15", s)
 	}
 }

@@ -1,0 +1,59 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/coordrun/coordrun/supervisor"
+	"github.com/coordrun/coordrun/supervisor/state"
+	"github.com/spf13/cobra"
+)
+
+// backfillLimit bounds the firings one backfill may ask for.
+const backfillLimit = 1000
+
+func newCronBackfillCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "backfill JOB --from TIME --to TIME",
+		Short: "Run each scheduled time of a range that has no record, once, oldest first (also while paused)",
+		Args:  cobra.ExactArgs(1),
+		RunE: withClient(func(cmd *cobra.Command, args []string, s *clientSession) error {
+			from, err := time.Parse(time.RFC3339, s.v.GetString("from"))
+			if err != nil {
+				return usageError{fmt.Errorf("--from: want an RFC 3339 time (2026-12-01T03:00:00Z): %v", err)}
+			}
+			to, err := time.Parse(time.RFC3339, s.v.GetString("to"))
+			if err != nil {
+				return usageError{fmt.Errorf("--to: want an RFC 3339 time (2026-12-01T03:00:00Z): %v", err)}
+			}
+			if to.Before(from) {
+				return usageError{errors.New("--to is before --from")}
+			}
+			if to.After(time.Now()) {
+				return usageError{errors.New("--to is in the future: backfill runs firings whose time has passed")}
+			}
+			root, job := s.v.GetString("root"), args[0]
+			times, err := supervisor.MissedFirings(s.ctx, storeOf(s.c), root, job, from, to, backfillLimit)
+			if err != nil {
+				return err
+			}
+			if len(times) == 0 {
+				fmt.Fprintf(cmd.OutOrStdout(), "%s: every scheduled time from %s to %s has a record; nothing to run\n", job, from.Format(time.RFC3339), to.Format(time.RFC3339))
+				return nil
+			}
+			if _, err := supervisor.RequestCron(s.ctx, storeOf(s.c), root, job, state.CronRequest{Kind: state.RequestBackfill, Times: times, By: requester()}, time.Now()); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "%s: %d missed firings from %s to %s requested, oldest first\n", job, len(times),
+				times[0].Format(time.RFC3339), times[len(times)-1].Format(time.RFC3339))
+			return nil
+		}),
+	}
+	addInspectFlags(cmd, "/coordrun/cron", "znode folder")
+	cmd.Flags().String("from", "", "first scheduled time (RFC 3339)")
+	cmd.Flags().String("to", "", "last scheduled time (RFC 3339)")
+	_ = cmd.MarkFlagRequired("from")
+	_ = cmd.MarkFlagRequired("to")
+	return cmd
+}

@@ -1,0 +1,30 @@
+package main
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/coordrun/coordrun/supervisor"
+	"github.com/coordrun/coordrun/supervisor/state"
+	"github.com/spf13/cobra"
+)
+
+func newCronTriggerCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "trigger JOB",
+		Short: "Run a job once now, on one of its hosts, as a firing of its own (also while paused)",
+		Args:  cobra.ExactArgs(1),
+		RunE: withClient(func(cmd *cobra.Command, args []string, s *clientSession) error {
+			now := time.Now().UTC().Truncate(time.Second)
+			node, err := supervisor.RequestCron(s.ctx, storeOf(s.c), s.v.GetString("root"), args[0],
+				state.CronRequest{Kind: state.RequestTrigger, Times: []time.Time{now}, By: requester()}, time.Now())
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "%s triggered for %s (%s); see coordrun cron history %s\n", args[0], now.Local().Format(time.DateTime), node, args[0])
+			return nil
+		}),
+	}
+	addInspectFlags(cmd, "/coordrun/cron", "znode folder")
+	return cmd
+}

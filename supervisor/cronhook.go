@@ -1,0 +1,67 @@
+package supervisor
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"strconv"
+	"time"
+
+	"github.com/coordrun/coordrun/supervisor/state"
+)
+
+// ended tells the observers of a firing this host ended or recorded, and
+// runs the job's hook for how it ended (state.HookFor). Only the host that
+// ended or recorded it gets here, so each event runs its hook once.
+func (h *cronHost) ended(j *CronJob, rec state.FiringRecord) {
+	if h.o.Metrics != nil {
+		h.o.Metrics.observe(j.Name, rec)
+	}
+	if h.o.OnFire != nil {
+		h.o.OnFire(j.Name, rec)
+	}
+	var hook []string
+	switch state.HookFor(rec, j.rules()) {
+	case state.OnSuccess:
+		hook = j.OnSuccess
+	case state.OnFailure:
+		hook = j.OnFailure
+	}
+	if len(hook) > 0 {
+		h.hooks.Add(1)
+		go func() { defer h.hooks.Done(); h.runHook(j, hook, rec) }()
+	}
+}
+
+// hookTimeout bounds a hook's run.
+const hookTimeout = time.Minute
+
+// runHook runs a hook with the record as JSON on its stdin and, in its
+// environment, COORDRUN_CRON_JOB, _RESULT, _SCHEDULED, _HOST, _ATTEMPT,
+// _TOKEN, _EXIT_CODE and _REASON.
+func (h *cronHost) runHook(j *CronJob, argv []string, rec state.FiringRecord) {
+	ctx, cancel := context.WithTimeout(context.Background(), hookTimeout)
+	defer cancel()
+	b, _ := json.Marshal(rec)
+	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+	cmd.Stdin = bytes.NewReader(b)
+	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+	exit := ""
+	if rec.ExitCode != nil {
+		exit = strconv.Itoa(*rec.ExitCode)
+	}
+	cmd.Env = append(JobEnv(h.o.Env),
+		"COORDRUN_CRON_JOB="+j.Name,
+		"COORDRUN_CRON_RESULT="+string(state.ResultOf(rec)),
+		"COORDRUN_CRON_SCHEDULED="+rec.Scheduled.Format(time.RFC3339),
+		"COORDRUN_CRON_HOST="+rec.Host,
+		"COORDRUN_CRON_ATTEMPT="+strconv.Itoa(rec.Attempts()),
+		"COORDRUN_CRON_TOKEN="+strconv.FormatInt(rec.Token, 10),
+		"COORDRUN_CRON_EXIT_CODE="+exit,
+		"COORDRUN_CRON_REASON="+rec.Reason)
+	if err := cmd.Run(); err != nil {
+		h.s.log.Warn("hook failed", "job", j.Name, "hook", argv, "scheduled", rec.Scheduled.Format(time.RFC3339), "err", err)
+	}
+}

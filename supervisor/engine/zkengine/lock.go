@@ -1,0 +1,82 @@
+package zkengine
+
+import (
+	"context"
+	"time"
+
+	"github.com/coordrun/coordrun/ensemble/client/recipe"
+	"github.com/coordrun/coordrun/supervisor/engine"
+	"github.com/coordrun/coordrun/supervisor/state"
+)
+
+// Enter joins the lock queue in dir with recipe.Enter.
+func (z *Conn) Enter(ctx context.Context, dir string, info state.HolderInfo) (engine.Entry, error) {
+	e, err := recipe.Enter(ctx, z.c, dir, info, recipe.Options{ACL: z.o.ACL, Log: z.log})
+	return &entry{e: e}, mapErr(err)
+}
+
+// List reads the lock in dir with recipe.List.
+func (z *Conn) List(ctx context.Context, dir string) (engine.Queue, error) {
+	q, err := recipe.List(ctx, z.c, dir)
+	if err != nil {
+		return engine.Queue{}, mapErr(err)
+	}
+	out := engine.Queue{Record: q.Record, Contenders: q.Contenders, Stopping: q.Stopping}
+	if q.ACL != nil {
+		out.Access, out.Open = recipe.FormatACL(q.ACL), recipe.OpenToAll(q.ACL)
+	}
+	return out, nil
+}
+
+// entry is a recipe.Entry in the engine's terms.
+type entry struct{ e *recipe.Entry }
+
+func (x *entry) Dir() string  { return x.e.Dir() }
+func (x *entry) Node() string { return x.e.Node() }
+func (x *entry) Token() int64 { return x.e.Token() }
+
+func (x *entry) Acquire(ctx context.Context, onStatus func(engine.Status)) error {
+	return mapErr(x.e.Acquire(ctx, statusFunc(onStatus)))
+}
+
+func (x *entry) TryAcquire(ctx context.Context, onStatus func(engine.Status)) error {
+	return mapErr(x.e.TryAcquire(ctx, statusFunc(onStatus)))
+}
+
+func statusFunc(f func(engine.Status)) func(recipe.Status) {
+	if f == nil {
+		return nil
+	}
+	return func(s recipe.Status) { f(engine.Status(s)) }
+}
+
+func (x *entry) UncleanHandoff() bool              { return x.e.UncleanHandoff() }
+func (x *entry) MustWait() (time.Duration, string) { return x.e.MustWait() }
+
+// WatchStanding relays the recipe's one loss; the relay ends with it or
+// with ctx.
+func (x *entry) WatchStanding(ctx context.Context) <-chan engine.Loss {
+	in := x.e.WatchStanding(ctx)
+	out := make(chan engine.Loss, 1)
+	go func() {
+		select {
+		case l := <-in:
+			out <- lossOf(l)
+		case <-ctx.Done():
+		}
+	}()
+	return out
+}
+
+func lossOf(l recipe.Loss) engine.Loss {
+	return engine.Loss{Node: l.Node, Event: l.Event, Revision: l.Zxid}
+}
+
+func (x *entry) Retake(ctx context.Context, l engine.Loss) {
+	x.e.Retake(ctx, recipe.Loss{Node: l.Node, Event: l.Event, Zxid: l.Revision})
+}
+
+func (x *entry) Release(ctx context.Context) error { return mapErr(x.e.Release(ctx)) }
+
+// Unwrap is the recipe's entry, for what only ZooKeeper has.
+func (x *entry) Unwrap() *recipe.Entry { return x.e }
