@@ -209,13 +209,13 @@ func (c *Conn) EnsureFolder(ctx context.Context, p string) error {
 	return nil
 }
 
-// Claim creates p if absent and reports whether this call made it. A
-// lost reply is resolved by reading the record back: if it is there, it
-// is ours exactly when mine says so.
-func (c *Conn) Claim(ctx context.Context, p string, data []byte, mine func([]byte) bool) (bool, error) {
+// Claim creates p if absent and reports whether this call made it, and
+// the version it was made at. A lost reply is resolved by reading the
+// record back: if it is there, it is ours exactly when mine says so.
+func (c *Conn) Claim(ctx context.Context, p string, data []byte, mine func([]byte) bool) (bool, engine.Version, error) {
 	k, err := c.key(p)
 	if err != nil {
-		return false, err
+		return false, 0, err
 	}
 	tried := false
 	for {
@@ -227,22 +227,23 @@ func (c *Conn) Claim(ctx context.Context, p string, data []byte, mine func([]byt
 				tried = true
 				continue // the claim may have happened: the next attempt tells
 			}
-			return false, opErr("claim", p, err)
+			return false, 0, opErr("claim", p, err)
 		}
 		if resp.Succeeded {
-			return true, nil
+			return true, engine.Version(resp.Header.Revision), nil
 		}
-		if parentMissing(resp, 0) && len(c.countParent(k)) > 0 {
-			return false, fmt.Errorf("claim %s: %w (its folder %s)", p, engine.ErrNotFound, path.Dir(p))
-		}
-		if !tried {
-			return false, nil
+		if len(c.countParent(k)) > 0 && parentMissing(resp, 0) {
+			return false, 0, fmt.Errorf("claim %s: %w (its folder %s)", p, engine.ErrNotFound, path.Dir(p))
 		}
 		r := resp.Responses[len(resp.Responses)-1].GetResponseRange()
 		if r == nil || len(r.Kvs) == 0 {
 			continue // deleted meanwhile: try again
 		}
-		return mine(r.Kvs[0].Value), nil
+		kv := r.Kvs[0]
+		if !tried || !mine(kv.Value) {
+			return false, engine.Version(kv.ModRevision), nil
+		}
+		return true, engine.Version(kv.ModRevision), nil
 	}
 }
 

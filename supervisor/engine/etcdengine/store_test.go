@@ -57,16 +57,19 @@ func TestEtcdStoreRecords(t *testing.T) {
 
 	// Claim: exactly one of two claimants wins.
 	claim := "/coordrun/cron/job/firings/0000000000120"
-	won1, err := a.Claim(ctx, claim, []byte("a"), func(b []byte) bool { return string(b) == "a" })
+	won1, v1, err := a.Claim(ctx, claim, []byte("a"), func(b []byte) bool { return string(b) == "a" })
 	if err != nil {
 		t.Fatal(err)
 	}
-	won2, err := a.Claim(ctx, claim, []byte("b"), func(b []byte) bool { return string(b) == "b" })
+	won2, _, err := a.Claim(ctx, claim, []byte("b"), func(b []byte) bool { return string(b) == "b" })
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !won1 || won2 {
 		t.Fatalf("claims: first %v, second %v", won1, won2)
+	}
+	if _, err := a.Update(ctx, claim, []byte("a2"), v1); err != nil {
+		t.Fatalf("update at the version the claim gave: %v", err)
 	}
 
 	// Sequential names rise, and the counter is never listed.
