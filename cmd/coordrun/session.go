@@ -39,7 +39,7 @@ func splitServers(s string) []string {
 
 // serverFlags reads --servers and the client TLS flags.
 func serverFlags(v *viper.Viper) ([]string, *tls.Config, error) {
-	servers := splitServers(v.GetString("servers"))
+	servers := zkServers(splitServers(v.GetString("servers")))
 	if len(servers) == 0 {
 		return nil, nil, usageError{errors.New("--servers is empty")}
 	}
@@ -68,6 +68,7 @@ func addSessionFlags(cmd *cobra.Command) {
 	f.BoolP("quiet", "q", false, "log only errors")
 	f.String("log-format", "text", "log format on stderr: text or json")
 	addClientTLSFlags(f)
+	addEtcdFlags(f)
 }
 
 // sessionConfig is what the flags of addSessionFlags configure.
@@ -157,6 +158,7 @@ func addInspectFlags(cmd *cobra.Command, root, rootUsage string) {
 	f.Duration("timeout", 10*time.Second, "give up after this long")
 	f.StringSlice("auth", nil, "digest credentials user:password (repeatable), for nodes whose ACL wants them")
 	addClientTLSFlags(f)
+	addEtcdFlags(f)
 }
 
 // clientSession is a client command's configuration, its session and its

@@ -1,0 +1,97 @@
+package main
+
+// The etcd engine in the client plumbing: --servers etcd://host:port,...
+// (also COORDRUN_SERVERS and servers: in the config file) runs the
+// session on etcd instead of the ZooKeeper protocol; no scheme, or zk://,
+// is the ZooKeeper protocol as before.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path"
+	"strings"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+	"github.com/spf13/viper"
+
+	"github.com/coordrun/coordrun/supervisor"
+	"github.com/coordrun/coordrun/supervisor/engine"
+	"github.com/coordrun/coordrun/supervisor/engine/etcdengine"
+)
+
+// addEtcdFlags adds the flags only the etcd engine reads.
+func addEtcdFlags(f *pflag.FlagSet) {
+	f.String("prefix", etcdengine.DefaultPrefix, "with --servers etcd://...: the key prefix coordrun keeps its records under (its user needs readwrite on it)")
+}
+
+// zkServers takes the zk:// scheme off ZooKeeper-protocol members, so that
+// --servers zk://host:2181 means what host:2181 always did.
+func zkServers(servers []string) []string {
+	out := make([]string, len(servers))
+	for i, s := range servers {
+		out[i] = strings.TrimPrefix(s, "zk://")
+	}
+	return out
+}
+
+// useEtcd points o at etcd when --servers names etcd members: it checks
+// the addresses, --prefix and --auth now (bad input is exit 64 before
+// anything is dialled) and sets the dialer. Unless --root was given, the
+// records go under the prefix (<prefix><sub>, sub "locks" or "cron").
+func useEtcd(cmd *cobra.Command, v *viper.Viper, o *supervisor.ConnOptions, sub string) error {
+	servers := v.GetString("servers")
+	if !etcdengine.IsEtcd(servers) {
+		return nil
+	}
+	cfg, err := etcdConfig(v)
+	if err != nil {
+		return err
+	}
+	cfg.SessionTimeout = o.SessionTimeout
+	rootGiven := cmd.Flags().Changed("root") || v.InConfig("root") || os.Getenv("COORDRUN_ROOT") != ""
+	if !rootGiven {
+		v.Set("root", path.Join(cfg.Prefix, sub))
+	}
+	o.Dial = func(ctx context.Context, log *slog.Logger) (engine.Conn, error) {
+		c := cfg
+		c.Log = log
+		return etcdengine.Dial(ctx, c)
+	}
+	return nil
+}
+
+// etcdConfig reads the etcd engine's settings from the flags.
+func etcdConfig(v *viper.Viper) (etcdengine.Config, error) {
+	eps, err := etcdengine.ParseServers(v.GetString("servers"))
+	if err != nil {
+		return etcdengine.Config{}, usageError{err}
+	}
+	prefix, err := etcdengine.NormalizePrefix(v.GetString("prefix"))
+	if err != nil {
+		return etcdengine.Config{}, usageError{err}
+	}
+	tc, err := clientTLS(v)
+	if err != nil {
+		return etcdengine.Config{}, err
+	}
+	cfg := etcdengine.Config{Endpoints: eps, TLS: tc, Prefix: prefix}
+	switch auth := v.GetStringSlice("auth"); len(auth) {
+	case 0:
+	case 1:
+		user, pass, ok := strings.Cut(auth[0], ":")
+		if !ok || user == "" {
+			return etcdengine.Config{}, usageError{fmt.Errorf("--auth %q: want user:password (etcd's user authentication)", auth[0])}
+		}
+		cfg.Username, cfg.Password = user, pass
+	default:
+		return etcdengine.Config{}, usageError{errors.New("--auth: etcd takes one user:password")}
+	}
+	if v.GetString("acl") != "" {
+		return etcdengine.Config{}, usageError{errors.New("--acl is ZooKeeper's: on etcd, access is the user's roles on the key prefix (see docs/etcd.md)")}
+	}
+	return cfg, nil
+}
