@@ -155,34 +155,31 @@ func TestEtcdLockEntryDeletedByEtcdctl(t *testing.T) {
 	}
 }
 
-// A foreign `etcdctl lease revoke` of the holder's lease ends its session
-// at once (its standing watch saw its keys go), and the next in line,
-// which saw that lease alive a moment before, waits out the holder's
-// bound before its work may start: a revoked holder's job runs until it
-// hears of it, or its own deadline.
+// A foreign `etcdctl lease revoke` of the holder's lease: the holder's
+// standing watch sees its keys go while its proven deadline is still
+// ahead, so the lease was revoked, not expired, and says so as a lost
+// lock; the session ends at that deadline. The next in line, which saw
+// the lease alive a moment before, waits out the holder's bound before
+// its work may start: a revoked holder's job runs until it hears of it,
+// or, if it is cut off, until its own deadline.
 func TestEtcdLockHolderLeaseRevokedByEtcdctl(t *testing.T) {
 	c := testkit.StartEtcd(t, 1)
 	a, b := dial(t, c, 3*time.Second), dial(t, c, 3*time.Second)
 	ea := acquired(t, a, "a")
 	losses := ea.WatchStanding(ctxT(t))
 	eb, got := waiting(t, b, "b")
-	testkit.WaitFor(t, 5*time.Second, "b to queue behind a and look at a's lease", func() bool {
-		q, err := b.List(ctxT(t), lockDir)
-		return err == nil && len(q.Contenders) == 2
-	})
-	// Let b's first look at a's lease happen before the revoke.
 	testkit.WaitFor(t, 5*time.Second, "b observing a's lease", func() bool { return observed(eb) })
 
 	revoked := time.Now()
 	c.Etcdctl("lease", "revoke", a.ID())
-	testkit.Recv(t, a.Done(), 2*time.Second, "the holder's session end")
-	if !errors.Is(a.Err(), engine.ErrSessionLost) {
-		t.Fatalf("holder's session: %v", a.Err())
+	l := testkit.Recv(t, losses, 2*time.Second, "the holder's loss")
+	if l.Event != LossRevoked {
+		t.Fatalf("loss %+v, want %q", l, LossRevoked)
 	}
-	select {
-	case l := <-losses:
-		t.Fatalf("a revoked lease reported as interference: %+v", l)
-	default:
+	deadline := a.Lease()
+	testkit.Recv(t, a.Done(), 5*time.Second, "the holder's session end")
+	if !errors.Is(a.Err(), engine.ErrSessionLost) || time.Now().Before(deadline) {
+		t.Fatalf("holder's session ended %v before its deadline: %v", time.Until(deadline), a.Err())
 	}
 	if err := testkit.Recv(t, got, 10*time.Second, "the next holder"); err != nil {
 		t.Fatal(err)
@@ -190,14 +187,39 @@ func TestEtcdLockHolderLeaseRevokedByEtcdctl(t *testing.T) {
 	if !eb.UncleanHandoff() {
 		t.Fatal("handoff after a revoked lease reported clean")
 	}
-	d, why := eb.MustWait()
+	d, _ := eb.MustWait()
 	// Its work may start after the holder's bound: its session timeout
-	// (the holder may be cut off, its deadline up to a TTL away) and kill
-	// grace, counted from when the revocation was seen.
+	// and kill grace, counted from when the revocation was seen.
 	if start := time.Now().Add(d); start.Sub(revoked) < a.Timeout() {
 		t.Fatalf("the next holder's work may start %v after the holder's lease was revoked, before its bound %v", start.Sub(revoked), a.Timeout())
 	}
-	t.Logf("work may start %v after the revoke (%s)", time.Now().Add(d).Sub(revoked).Round(time.Millisecond), why)
+}
+
+// A holder that stops its job after a revocation and releases confirms
+// its end: the next in line starts without waiting out the bound.
+func TestEtcdLockRevokedHolderReleaseConfirmsEnd(t *testing.T) {
+	c := testkit.StartEtcd(t, 1)
+	a, b := dial(t, c, 3*time.Second), dial(t, c, 3*time.Second)
+	ea := acquired(t, a, "a")
+	losses := ea.WatchStanding(ctxT(t))
+	eb, got := waiting(t, b, "b")
+	testkit.WaitFor(t, 5*time.Second, "b observing a's lease", func() bool { return observed(eb) })
+	c.Etcdctl("lease", "revoke", a.ID())
+	testkit.Recv(t, losses, 2*time.Second, "the holder's loss")
+	select {
+	case err := <-got:
+		t.Fatalf("the next in line took the lock before the revoked holder released (err %v)", err)
+	default:
+	}
+	if err := ea.Release(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	if err := testkit.Recv(t, got, 2*time.Second, "the next holder, soon after the release"); err != nil {
+		t.Fatal(err)
+	}
+	if d, why := eb.MustWait(); d > 0 {
+		t.Fatalf("after the revoked holder released, the next must still wait %v (%s)", d, why)
+	}
 }
 
 func observed(e engine.Entry) bool {

@@ -42,6 +42,12 @@ type Conn struct {
 	stop  context.CancelFunc
 	check chan struct{} // capacity 1: renew now (a watch saw our keys go)
 	seq   atomic.Int64  // numbers this session's queue entries
+	// revoked is set when a holder's standing watch found the lease gone
+	// before its proven deadline: another client revoked it. The holder
+	// reports that as its lock lost, and the session ends at the deadline
+	// (see keep), not before: the job is being stopped for the loss, and
+	// the watchdog kills it at the deadline whatever happens.
+	revoked atomic.Bool
 
 	// wg joins the keeper and every watch goroutine; Close waits for it.
 	wg sync.WaitGroup
@@ -179,6 +185,10 @@ func (c *Conn) keep() {
 			c.proven(sent, time.Duration(resp.TTL)*time.Second)
 			t.Reset(every)
 		case errors.Is(err, rpctypes.ErrLeaseNotFound):
+			if c.revoked.Load() {
+				c.endAtDeadline()
+				return
+			}
 			c.end(fmt.Errorf("%w: etcd lease %s expired or was revoked", engine.ErrSessionLost, c.ID()))
 			return
 		default:
@@ -195,6 +205,30 @@ func (c *Conn) keep() {
 			t.Reset(retry)
 		}
 	}
+}
+
+// endAtDeadline ends the session, whose lease another client revoked,
+// once its proven deadline has passed (or at Close).
+func (c *Conn) endAtDeadline() {
+	t := time.NewTimer(time.Until(c.Lease()))
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-c.base.Done():
+	}
+	c.end(fmt.Errorf("%w: etcd lease %s was revoked by another client", engine.ErrSessionLost, c.ID()))
+}
+
+// leaseRevoked asks the store whether the lease is gone; if it is while
+// its proven deadline is still ahead, it cannot have expired: another
+// client revoked it. It marks the session so.
+func (c *Conn) leaseRevoked(ctx context.Context) bool {
+	resp, err := c.cli.TimeToLive(ctx, c.lease)
+	if err != nil || resp.TTL > 0 || !time.Now().Before(c.Lease()) {
+		return false
+	}
+	c.revoked.Store(true)
+	return true
 }
 
 // grant starts the session: a lease of ttl (rounded up to whole seconds,

@@ -11,12 +11,16 @@ import (
 	"github.com/coordrun/coordrun/supervisor/state"
 )
 
+// LossRevoked: the record went with the session's lease, which another
+// client revoked before the lease could expire (etcd only). Whoever did
+// it interfered as much as if they had deleted the record; the session
+// ends at its proven deadline.
+const LossRevoked = "revoked"
+
 // WatchStanding watches the holder's entry and run record from the
 // revision it took the lock at, so no change between the take and the
-// watch is missed, and delivers the first change by anyone else. A
-// deletion that came with the lease's end (revoked by another client,
-// say) is the session's loss, not the standing's: it ends the session,
-// and nothing is delivered.
+// watch is missed, and delivers the first change by anyone else,
+// including a revocation of the session's lease (LossRevoked).
 func (e *entry) WatchStanding(ctx context.Context) <-chan engine.Loss {
 	out := make(chan engine.Loss, 1)
 	run := runKey(e.dir)
@@ -27,8 +31,8 @@ func (e *entry) WatchStanding(ctx context.Context) <-chan engine.Loss {
 		for {
 			l, next, ok := e.watchKeys(ctx, run, from)
 			if ok {
-				if e.c.aliveOrLost(ctx) != nil {
-					return // the lease went: the session's end tells
+				if e.c.leaseRevoked(ctx) {
+					l.Event = LossRevoked
 				}
 				e.recordStopping(ctx)
 				e.mu.Lock()
