@@ -242,6 +242,15 @@ func (c *Conn) grant(ctx context.Context, ttl time.Duration) error {
 	}
 	c.lease, c.ttl = resp.ID, time.Duration(resp.TTL)*time.Second
 	c.proven(sent, c.ttl)
+	// A grant that took long (the client retried it through a leader
+	// election, say) proves a deadline already close: renew once now,
+	// so that the session does not start with its lease nearly spent.
+	if time.Since(sent) > c.ttl/4 {
+		sent = time.Now()
+		if resp, err := c.cli.KeepAliveOnce(ctx, c.lease); err == nil {
+			c.proven(sent, time.Duration(resp.TTL)*time.Second)
+		}
+	}
 	c.wg.Add(1)
 	go c.keep()
 	return nil
