@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -224,5 +225,46 @@ func TestEtcdRunBadInput(t *testing.T) {
 				t.Fatalf("exit %d, want %d; output:\n%s", code, tc.code, out)
 			}
 		})
+	}
+}
+
+// Two `coordrun cron` hosts on etcd: each firing runs once, on one host,
+// with a token greater than the last.
+func TestEtcdCronEachFiringOnce(t *testing.T) {
+	c := testkit.StartEtcd(t, 1)
+	file := filepath.Join(t.TempDir(), "firings")
+	var hosts []*testkit.Process
+	for h := range 2 {
+		cmd := exec.Command(coordrun(t), "cron", "--servers", c.Servers(), "--session-timeout", "3s", "--kill-grace", "500ms",
+			"--name", "tick", "--schedule", "*/1 * * * * *", "--",
+			"sh", "-c", fmt.Sprintf(`echo "$COORDRUN_SCHEDULED_TIME $COORDRUN_FENCING_TOKEN host%d" >> %s`, h, file))
+		cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir()}
+		hosts = append(hosts, testkit.Spawn(t, fmt.Sprintf("cron host %d", h), cmd))
+	}
+	lines := func() []string {
+		b, _ := os.ReadFile(file)
+		return strings.Split(strings.TrimSpace(string(b)), "\n")
+	}
+	testkit.WaitFor(t, 30*time.Second, "five firings", func() bool { return len(lines()) >= 5 })
+	for _, h := range hosts {
+		_ = h.Signal(syscall.SIGTERM)
+		h.Exit(t, 15*time.Second)
+	}
+	seen := map[string]bool{}
+	var last int64
+	for _, l := range lines() {
+		f := strings.Fields(l)
+		if len(f) != 3 {
+			t.Fatalf("line %q", l)
+		}
+		if seen[f[0]] {
+			t.Fatalf("firing %s ran twice:\n%s", f[0], strings.Join(lines(), "\n"))
+		}
+		seen[f[0]] = true
+		tok, _ := strconv.ParseInt(f[1], 10, 64)
+		if tok <= last {
+			t.Fatalf("token %d after %d", tok, last)
+		}
+		last = tok
 	}
 }
