@@ -13,6 +13,7 @@ import (
 	"os"
 	"path"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -52,8 +53,7 @@ func useEtcd(cmd *cobra.Command, v *viper.Viper, o *supervisor.ConnOptions, sub 
 		return err
 	}
 	cfg.SessionTimeout = o.SessionTimeout
-	rootGiven := cmd.Flags().Changed("root") || v.InConfig("root") || os.Getenv("COORDRUN_ROOT") != ""
-	if !rootGiven {
+	if !rootGiven(cmd, v) {
 		v.Set("root", path.Join(cfg.Prefix, sub))
 	}
 	o.Dial = func(ctx context.Context, log *slog.Logger) (engine.Conn, error) {
@@ -62,6 +62,38 @@ func useEtcd(cmd *cobra.Command, v *viper.Viper, o *supervisor.ConnOptions, sub 
 		return etcdengine.Dial(ctx, c)
 	}
 	return nil
+}
+
+// rootGiven reports whether --root was set (flag, config file or
+// environment) rather than left at its default.
+func rootGiven(cmd *cobra.Command, v *viper.Viper) bool {
+	return cmd.Flags().Changed("root") || v.InConfig("root") || os.Getenv("COORDRUN_ROOT") != ""
+}
+
+// connectEtcd opens the short session of an inspecting command on etcd,
+// checking only read access (pause and trigger write, and are refused by
+// etcd if the user may not). Unless --root was given, it reads under the
+// prefix: <prefix>locks or <prefix>cron, as the default root says.
+func connectEtcd(ctx context.Context, cmd *cobra.Command, v *viper.Viper) (engine.Conn, error) {
+	cfg, err := etcdConfig(v)
+	if err != nil {
+		return nil, err
+	}
+	cfg.ReadOnly, cfg.SessionTimeout = true, 10*time.Second
+	if f := cmd.Flags().Lookup("root"); f != nil && !rootGiven(cmd, v) {
+		v.Set("root", path.Join(cfg.Prefix, path.Base(f.DefValue)))
+	}
+	conn, err := etcdengine.Dial(ctx, cfg)
+	var ce *etcdengine.ConfigError
+	switch {
+	case err == nil:
+		return conn, nil
+	case errors.As(err, &ce):
+		return nil, usageError{err}
+	case errors.Is(err, engine.ErrUnreachable):
+		return nil, exitError{code: supervisor.ExitUnavailable, err: err}
+	}
+	return nil, err
 }
 
 // etcdConfig reads the etcd engine's settings from the flags.

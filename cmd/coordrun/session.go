@@ -23,6 +23,8 @@ import (
 	"github.com/coordrun/coordrun/ensemble/client/recipe"
 	"github.com/coordrun/coordrun/ensemble/wire"
 	"github.com/coordrun/coordrun/supervisor"
+	"github.com/coordrun/coordrun/supervisor/engine"
+	"github.com/coordrun/coordrun/supervisor/engine/etcdengine"
 	"github.com/spf13/cobra"
 	"github.com/spf13/viper"
 )
@@ -166,6 +168,7 @@ func addInspectFlags(cmd *cobra.Command, root, rootUsage string) {
 type clientSession struct {
 	v      *viper.Viper
 	c      *client.Client
+	e      engine.Conn // on etcd (--servers etcd://...), instead of c
 	ctx    context.Context
 	cancel context.CancelFunc
 }
@@ -187,6 +190,14 @@ func connectCommand(cmd *cobra.Command) (*clientSession, error) {
 		return nil, err
 	}
 	ctx, cancel := context.WithTimeout(cmd.Context(), v.GetDuration("timeout"))
+	if etcdengine.IsEtcd(v.GetString("servers")) {
+		e, err := connectEtcd(ctx, cmd, v)
+		if err != nil {
+			cancel()
+			return nil, err
+		}
+		return &clientSession{v: v, e: e, ctx: ctx, cancel: cancel}, nil
+	}
 	c, err := client.Connect(ctx, client.Config{Servers: servers, SessionTimeout: 10 * time.Second, TLS: tlsCfg, Auth: auth})
 	if err != nil {
 		cancel()
@@ -196,8 +207,20 @@ func connectCommand(cmd *cobra.Command) (*clientSession, error) {
 }
 
 func (s *clientSession) close() {
-	s.c.Close()
+	if s.e != nil {
+		s.e.Close()
+	} else {
+		s.c.Close()
+	}
 	s.cancel()
+}
+
+// store is the session as the supervisor's engine sees it.
+func (s *clientSession) store() engine.Conn {
+	if s.e != nil {
+		return s.e
+	}
+	return storeOf(s.c)
 }
 
 // withClient is the RunE of a command that works on a short session:

@@ -18,8 +18,8 @@ func newStatusCommand() *cobra.Command {
 		Use:   "status [lock...]",
 		Short: "Show each lock's holder (host, pid, token, since) and its queue",
 		RunE: withClient(func(cmd *cobra.Command, args []string, s *clientSession) error {
-			v, c, ctx := s.v, s.c, s.ctx
-			locks, err := supervisor.Inspect(ctx, storeOf(c), v.GetString("root"), args)
+			v, ctx := s.v, s.ctx
+			locks, err := supervisor.Inspect(ctx, s.store(), v.GetString("root"), args)
 			if err != nil {
 				return err
 			}

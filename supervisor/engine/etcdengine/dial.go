@@ -120,6 +120,9 @@ type Config struct {
 	Prefix string
 	// SessionTimeout is the lease's TTL, rounded up to whole seconds.
 	SessionTimeout time.Duration
+	// ReadOnly: check only that the user may read under the prefix (the
+	// inspecting commands); else read and write.
+	ReadOnly bool
 	// DialTimeout bounds Dial (default 10 s).
 	DialTimeout time.Duration
 	Log         *slog.Logger
@@ -172,7 +175,7 @@ func Dial(ctx context.Context, cfg Config) (*Conn, error) {
 	if err != nil {
 		return nil, dialErr(where, cfg.Username, err)
 	}
-	c := &Conn{cli: cli, prefix: prefix, log: cfg.Log, updates: make(chan time.Time, 1), done: make(chan struct{}), check: make(chan struct{}, 1)}
+	c := &Conn{cli: cli, endpoints: cfg.Endpoints, prefix: prefix, log: cfg.Log, updates: make(chan time.Time, 1), done: make(chan struct{}), check: make(chan struct{}, 1)}
 	c.base, c.stop = context.WithCancel(context.Background())
 	fail := func(err error) (*Conn, error) {
 		c.stop()
@@ -192,7 +195,7 @@ func Dial(ctx context.Context, cfg Config) (*Conn, error) {
 	if err := c.grant(ctx, cfg.SessionTimeout); err != nil {
 		return fail(dialErr(where, cfg.Username, err))
 	}
-	if err := c.checkAccess(ctx, cfg.Username); err != nil {
+	if err := c.checkAccess(ctx, cfg.Username, cfg.ReadOnly); err != nil {
 		return fail(err)
 	}
 	return c, nil
@@ -231,7 +234,7 @@ func checkVersion(ctx context.Context, cli *clientv3.Client, endpoints []string)
 			continue
 		}
 		if !versionAtLeast(resp.Version, MinVersion) {
-			return configErr("etcd at %s is version %s; coordrun needs etcd %d.%d or later", strings.TrimPrefix(strings.TrimPrefix(ep, "http://"), "https://"), resp.Version, MinVersion[0], MinVersion[1])
+			return tooOld(strings.TrimPrefix(strings.TrimPrefix(ep, "http://"), "https://"), resp.Version)
 		}
 		return nil
 	}
@@ -239,6 +242,10 @@ func checkVersion(ctx context.Context, cli *clientv3.Client, endpoints []string)
 		last = ctx.Err()
 	}
 	return last
+}
+
+func tooOld(member, version string) error {
+	return configErr("etcd at %s is version %s; coordrun needs etcd %d.%d or later", member, version, MinVersion[0], MinVersion[1])
 }
 
 // versionAtLeast compares an etcd version string ("3.4.23") with want.
@@ -263,7 +270,7 @@ func (c *Conn) accessKey() string { return c.prefix + "\x00access-check-" + c.ID
 // checkAccess proves that the session may read and write under the
 // prefix, so that a missing permission is told at start, naming the key
 // and the permission, rather than as a lock that never comes.
-func (c *Conn) checkAccess(ctx context.Context, user string) error {
+func (c *Conn) checkAccess(ctx context.Context, user string, readOnly bool) error {
 	fix := func(perm string) error {
 		who := "this client"
 		if user != "" {
@@ -272,21 +279,25 @@ func (c *Conn) checkAccess(ctx context.Context, user string) error {
 		return configErr("%s may not %s key %q under the prefix %s: grant one of its roles readwrite on the prefix (etcdctl role grant-permission ROLE --prefix=true readwrite %s), or choose a prefix it may use with --prefix",
 			who, perm, c.accessKey(), c.prefix, c.prefix)
 	}
+	where := strings.Join(c.endpoints, ",")
+	if _, err := c.cli.Get(ctx, c.prefix, clientv3.WithPrefix(), clientv3.WithCountOnly()); err != nil {
+		if errors.Is(err, rpctypes.ErrPermissionDenied) {
+			return fix("read")
+		}
+		return dialErr(where, user, err)
+	}
+	if readOnly {
+		return nil
+	}
 	key := c.accessKey()
 	if _, err := c.cli.Put(ctx, key, "", clientv3.WithLease(c.lease)); err != nil {
 		if errors.Is(err, rpctypes.ErrPermissionDenied) {
 			return fix("write")
 		}
-		return dialErr(strings.Join(c.cli.Endpoints(), ","), user, err)
-	}
-	if _, err := c.cli.Get(ctx, c.prefix, clientv3.WithPrefix(), clientv3.WithCountOnly()); err != nil {
-		if errors.Is(err, rpctypes.ErrPermissionDenied) {
-			return fix("read")
-		}
-		return dialErr(strings.Join(c.cli.Endpoints(), ","), user, err)
+		return dialErr(where, user, err)
 	}
 	if _, err := c.cli.Delete(ctx, key); err != nil {
-		return dialErr(strings.Join(c.cli.Endpoints(), ","), user, err)
+		return dialErr(where, user, err)
 	}
 	return nil
 }

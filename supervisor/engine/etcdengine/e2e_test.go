@@ -1,6 +1,7 @@
 package etcdengine
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/coordrun/coordrun/internal/testkit"
 	"github.com/coordrun/coordrun/supervisor"
+	"github.com/coordrun/coordrun/supervisor/state"
 )
 
 // The coordrun binary (COORDRUN_BIN, else built once for the package).
@@ -132,6 +134,13 @@ func TestEtcdRunForeignInterferenceStopsHolder(t *testing.T) {
 				out := c.Etcdctl("get", "--prefix", "--keys-only", "/coordrun/locks/job/lock-")
 				return strings.Count(out, "lock-") == 2
 			})
+			// coordrun status on etcd shows the holder with its token.
+			st := exec.Command(coordrun(t), "status", "--servers", c.Servers(), "--json")
+			st.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir()}
+			sout, err := st.CombinedOutput()
+			if err != nil || !strings.Contains(string(sout), fmt.Sprintf(`"token": %d`, readMarks(t, file)[0].token)) {
+				t.Fatalf("status: %v\n%s", err, sout)
+			}
 			out := c.Etcdctl("get", "--prefix", "--keys-only", "--limit", "1", "/coordrun/locks/job/lock-")
 			holderKey := strings.TrimSpace(strings.Split(out, "\n")[0])
 			switch how {
@@ -249,6 +258,17 @@ func TestEtcdCronEachFiringOnce(t *testing.T) {
 	for _, h := range hosts {
 		_ = h.Signal(syscall.SIGTERM)
 		h.Exit(t, 15*time.Second)
+	}
+	// cron history on etcd lists the same firings.
+	hist := exec.Command(coordrun(t), "cron", "history", "tick", "--servers", c.Servers(), "--json")
+	hist.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir()}
+	out, err := hist.CombinedOutput()
+	if err != nil {
+		t.Fatalf("cron history: %v\n%s", err, out)
+	}
+	var recs []state.FiringRecord
+	if err := json.Unmarshal(out, &recs); err != nil || len(recs) < len(lines()) {
+		t.Fatalf("cron history: %d records for %d firings (%v):\n%s", len(recs), len(lines()), err, out)
 	}
 	seen := map[string]bool{}
 	var last int64

@@ -127,3 +127,11 @@ func TestPollAt(t *testing.T) {
 		t.Fatalf("pollAt = %v", got)
 	}
 }
+
+func TestTooOldNamesTheVersion(t *testing.T) {
+	err := tooOld("10.0.0.1:2379", "3.3.27")
+	var ce *ConfigError
+	if !errors.As(err, &ce) || !strings.Contains(err.Error(), "version 3.3.27") || !strings.Contains(err.Error(), "3.4 or later") {
+		t.Fatalf("tooOld: %v", err)
+	}
+}

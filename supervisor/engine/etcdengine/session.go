@@ -28,11 +28,12 @@ import (
 
 // Conn is a session on etcd: an engine.Conn.
 type Conn struct {
-	cli    *clientv3.Client
-	prefix string // every key lies under it; ends in "/"
-	log    *slog.Logger
-	lease  clientv3.LeaseID
-	ttl    time.Duration
+	cli       *clientv3.Client
+	endpoints []string // host:port, for messages
+	prefix    string   // every key lies under it; ends in "/"
+	log       *slog.Logger
+	lease     clientv3.LeaseID
+	ttl       time.Duration
 
 	updates chan time.Time // capacity 1, newest deadline only
 	done    chan struct{}  // closed once, by end
