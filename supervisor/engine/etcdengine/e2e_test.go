@@ -26,7 +26,7 @@ var (
 	binDir  string
 )
 
-func coordrun(t *testing.T) string {
+func coordrun(t testing.TB) string {
 	t.Helper()
 	binOnce.Do(func() {
 		binDir, binErr = os.MkdirTemp("", "coordrun-etcd-e2e")
