@@ -51,7 +51,8 @@ type Conn struct {
 	revoked atomic.Bool
 
 	// wg joins the keeper and every watch goroutine; Close waits for it.
-	wg sync.WaitGroup
+	wg        sync.WaitGroup
+	closeOnce sync.Once // the client is closed once, however often Close is
 
 	mu       sync.Mutex // guards deadline, err, ended
 	deadline time.Time
@@ -116,9 +117,11 @@ func (c *Conn) Close() error {
 		c.end(nil)
 	}
 	c.wg.Wait()
-	if cerr := c.cli.Close(); err == nil && cerr != nil && !errors.Is(cerr, context.Canceled) {
-		err = cerr
-	}
+	c.closeOnce.Do(func() {
+		if cerr := c.cli.Close(); err == nil && cerr != nil && !errors.Is(cerr, context.Canceled) {
+			err = cerr
+		}
+	})
 	return mapErr(err)
 }
 
@@ -224,6 +227,8 @@ func (c *Conn) endAtDeadline() {
 // its proven deadline is still ahead, it cannot have expired: another
 // client revoked it. It marks the session so.
 func (c *Conn) leaseRevoked(ctx context.Context) bool {
+	ctx, cancel := context.WithTimeout(ctx, c.ttl/4) // Close waits for the caller
+	defer cancel()
 	resp, err := c.cli.TimeToLive(ctx, c.lease)
 	if err != nil || resp.TTL > 0 || !time.Now().Before(c.Lease()) {
 		return false

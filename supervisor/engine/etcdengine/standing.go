@@ -31,6 +31,9 @@ func (e *entry) WatchStanding(ctx context.Context) <-chan engine.Loss {
 		for {
 			l, next, ok := e.watchKeys(ctx, run, from)
 			if ok {
+				if e.c.base.Err() != nil {
+					return // our own Close revoked the lease
+				}
 				if e.c.leaseRevoked(ctx) {
 					l.Event = LossRevoked
 				}
