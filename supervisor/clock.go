@@ -21,9 +21,9 @@ func BoottimeNow() Boottime {
 	return Boottime(ts.Nano())
 }
 
-// BoottimeAt converts a time on this process's monotonic clock to
+// boottimeAt converts a time on this process's monotonic clock to
 // boottime.
-func BoottimeAt(t time.Time) Boottime {
+func boottimeAt(t time.Time) Boottime {
 	return BoottimeNow() + Boottime(time.Until(t))
 }
 

@@ -52,8 +52,9 @@ type CronOptions struct {
 	Log  *slog.Logger
 	Root string // e.g. /coordrun/cron
 	Jobs []*CronJob
-	// Now is the host's one clock: scheduling, the records' times, the
-	// retry and loss rules. Tests skew it per host. Default time.Now.
+	// Now is the schedule clock: when a firing is due, and which are too
+	// old to catch up, run again or keep. Tests skew it per host. Default
+	// time.Now.
 	Now func() time.Time
 	// OnFire, when set, observes every firing this host handled.
 	OnFire func(job string, rec state.FiringRecord)
@@ -259,7 +260,7 @@ func startCron(ctx context.Context, o CronOptions, log *slog.Logger) (*session, 
 		return nil, nil, err
 	}
 	hi := s.holderInfo([]string{"cron"}, false)
-	h := &cronHost{s: s, o: o, now: o.Now, sigs: map[chan os.Signal]struct{}{}, counted: map[string]int{}, dueLater: map[string]bool{},
+	h := &cronHost{s: s, o: o, now: o.Now, stamp: time.Now, sigs: map[chan os.Signal]struct{}{}, counted: map[string]int{}, dueLater: map[string]bool{},
 		// Named by session, so a create retried after a lost reply
 		// finds its own record instead of leaving a second one.
 		hostNode: fmt.Sprintf("%s-%d-%s", hi.Host, hi.PID, s.conn.ID())}
@@ -277,9 +278,14 @@ func startCron(ctx context.Context, o CronOptions, log *slog.Logger) (*session, 
 // cronHost is one host's cron process. Its firings run concurrently, one
 // goroutine each.
 type cronHost struct {
-	s   *session
-	o   CronOptions
-	now func() time.Time // the one clock (CronOptions.Now)
+	s *session
+	o CronOptions
+	// now is the schedule clock (CronOptions.Now): which firing is due,
+	// which is too old to catch up or keep. stamp is the clock of what
+	// the lifecycle writes and compares across hosts: the records' times
+	// and a retry's backoff. Tests skew only the schedule clock, to have
+	// hosts contend for firings at different times.
+	now, stamp func() time.Time
 
 	hooks sync.WaitGroup // hooks still running
 	// hostNode is this host's record under every job's hosts/, named by

@@ -29,7 +29,7 @@ type CronMetrics struct {
 	retries       *prometheus.CounterVec
 	duration      *prometheus.HistogramVec
 
-	mu       sync.Mutex
+	mu       sync.Mutex                    // guards latest, success, and the textfile's writes
 	latest   map[string]state.FiringRecord // job → newest firing seen
 	success  map[string]time.Time          // job → end of its newest run that exited 0
 	textfile string

@@ -21,7 +21,7 @@ const maxOutputBytes = 512 << 10
 
 // tail keeps the last n bytes written to it, and counts them all.
 type tail struct {
-	mu    sync.Mutex
+	mu    sync.Mutex // guards buf and total
 	n     int
 	buf   []byte
 	total int64
@@ -86,6 +86,8 @@ func newCapture(n int) (*capture, error) {
 func (c *capture) finish(wait time.Duration) (string, int64) {
 	c.closeWriteOnce.Do(func() { c.w.Close() })
 	done := make(chan struct{})
+	// Not joined past wait: it ends once the copy does, when the job's
+	// last background child lets go of the pipe.
 	go func() { c.copied.Wait(); close(done) }()
 	t := time.NewTimer(wait)
 	defer t.Stop()

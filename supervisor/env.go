@@ -22,18 +22,18 @@ func JobEnv(environ []string) []string {
 	out := make([]string, 0, len(environ))
 	for _, kv := range environ {
 		name, _, _ := strings.Cut(kv, "=")
-		if !SecretEnv(name) {
+		if !secretEnv(name) {
 			out = append(out, kv)
 		}
 	}
 	return out
 }
 
-// SecretEnv reports whether the variable name carries a credential of
+// secretEnv reports whether the variable name carries a credential of
 // coordrun's: COORDRUN_AUTH (the --auth flag), and any COORDRUN_ variable
 // named for a secret, a password or a passphrase, so that a flag added
 // later for one is covered without a list to keep.
-func SecretEnv(name string) bool {
+func secretEnv(name string) bool {
 	rest, ok := strings.CutPrefix(name, "COORDRUN_")
 	if !ok {
 		return false

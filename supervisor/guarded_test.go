@@ -33,7 +33,7 @@ func TestGuardedJobLockEnv(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatal("the job did not end")
 	}
-	if r := j.Result(); r.Code != 0 || r.Reason != ReasonExit {
+	if r := j.Result(); r.Code != 0 || r.Reason != reasonExit {
 		t.Fatalf("job result %+v", r)
 	}
 	b, err := os.ReadFile(out)

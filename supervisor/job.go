@@ -14,8 +14,8 @@ import (
 // runs RunWatchdog.
 const WatchdogCommand = "__watchdog"
 
-// JobResult is how a guarded job ended.
-type JobResult struct {
+// jobResult is how a guarded job ended.
+type jobResult struct {
 	Code   int    // exit code, or 128+signal
 	Signal int    // the signal that killed it, 0 if it exited
 	Reason string // one of the Reason constants
@@ -28,11 +28,11 @@ type JobResult struct {
 // is valid after that.
 type guardedJob struct {
 	wd      *exec.Cmd
-	mu      sync.Mutex
+	mu      sync.Mutex // guards ctrl, and the writes of control messages to it
 	ctrl    *os.File
 	started chan int // the job's pid
 	done    chan struct{}
-	result  JobResult
+	result  jobResult
 }
 
 // jobSpec is a job as its watchdog starts it.
@@ -121,7 +121,7 @@ func (j *guardedJob) readReports(r *os.File) {
 		if ee, ok := err.(*exec.ExitError); ok {
 			code = ee.ExitCode()
 		}
-		j.result = JobResult{Code: code, Reason: ReasonWatchdogDied}
+		j.result = jobResult{Code: code, Reason: reasonWatchdogDied}
 	}
 	j.mu.Lock()
 	if j.ctrl != nil {
@@ -181,7 +181,7 @@ func (j *guardedJob) Stop() { j.send(control{kind: ctrlStop}) }
 
 func (j *guardedJob) Done() <-chan struct{} { return j.done }
 
-func (j *guardedJob) Result() JobResult {
+func (j *guardedJob) Result() jobResult {
 	<-j.done
 	return j.result
 }

@@ -36,7 +36,7 @@ func (p *killPlan) next(now Boottime) (sig syscall.Signal, wake Boottime) {
 	switch {
 	case now >= killAt:
 		if p.reason == "" {
-			p.reason = ReasonDeadline
+			p.reason = reasonDeadline
 		}
 		if p.lastKill == 0 || now-p.lastKill >= Boottime(killSlack) {
 			sig = syscall.SIGKILL
@@ -45,7 +45,7 @@ func (p *killPlan) next(now Boottime) (sig syscall.Signal, wake Boottime) {
 		killAt = p.lastKill + Boottime(killSlack)
 	case now >= termAt && !p.termSent:
 		if p.reason == "" {
-			p.reason = ReasonDeadline
+			p.reason = reasonDeadline
 		}
 		sig = syscall.SIGTERM
 		p.termSent = true
@@ -86,7 +86,7 @@ func (p *killPlan) exitReason(now Boottime) string {
 		// It ended past its deadline (the watchdog was frozen, say, and
 		// the exit and the timer became ready together): it ran without
 		// a lease at the end, whatever its code.
-		return ReasonDeadline
+		return reasonDeadline
 	}
-	return ReasonExit
+	return reasonExit
 }

@@ -42,58 +42,58 @@ func TestKillPlan(t *testing.T) {
 				{at: 9950 * time.Millisecond, sig: none, wake: 10 * time.Second},
 				{at: 10 * time.Second, sig: kill, wake: 10100 * time.Millisecond},
 				{at: 12 * time.Second, sig: kill, wake: 12100 * time.Millisecond},
-			}, reason: ReasonDeadline},
+			}, reason: reasonDeadline},
 		{name: "renewed before TERM: nothing sent", deadline: 10 * time.Second, grace: 2 * time.Second,
 			steps: []step{
 				{at: 5 * time.Second, sig: none, wake: 7900 * time.Millisecond},
 				{at: 6 * time.Second, deadline: 20 * time.Second, sig: none, wake: 17900 * time.Millisecond},
 				{at: 7900 * time.Millisecond, sig: none, wake: 17900 * time.Millisecond},
-			}, reason: ReasonExit},
+			}, reason: reasonExit},
 		{name: "renewed after TERM: no KILL, TERM not repeated", deadline: 10 * time.Second, grace: 2 * time.Second,
 			steps: []step{
 				{at: 7900 * time.Millisecond, sig: term, wake: 9900 * time.Millisecond},
 				{at: 8 * time.Second, deadline: 20 * time.Second, sig: none, wake: 19900 * time.Millisecond},
 				{at: 9900 * time.Millisecond, sig: none, wake: 19900 * time.Millisecond},
 				{at: 19900 * time.Millisecond, sig: kill, wake: 20 * time.Second},
-			}, reason: ReasonDeadline},
+			}, reason: reasonDeadline},
 		{name: "stop on request: TERM now, KILL after grace", deadline: 10 * time.Second, grace: 2 * time.Second,
 			steps: []step{
-				{at: time.Second, stop: ReasonStopped, sig: term},
+				{at: time.Second, stop: reasonStopped, sig: term},
 				{at: time.Second, sig: none, wake: 3 * time.Second},
 				{at: 3 * time.Second, sig: kill, wake: 3100 * time.Millisecond},
-			}, reason: ReasonStopped},
+			}, reason: reasonStopped},
 		{name: "stopped twice: the first reason and the earlier KILL stick", deadline: 10 * time.Second, grace: 2 * time.Second,
 			steps: []step{
-				{at: time.Second, stop: ReasonStopped, sig: term},
-				{at: 2 * time.Second, stop: ReasonOrphaned, sig: none},
+				{at: time.Second, stop: reasonStopped, sig: term},
+				{at: 2 * time.Second, stop: reasonOrphaned, sig: none},
 				{at: 2 * time.Second, sig: none, wake: 3 * time.Second},
-			}, reason: ReasonStopped},
+			}, reason: reasonStopped},
 		{name: "orphaned near the deadline: the deadline's KILL comes first", deadline: 10 * time.Second, grace: 2 * time.Second,
 			steps: []step{
-				{at: 9 * time.Second, stop: ReasonOrphaned, sig: term},
+				{at: 9 * time.Second, stop: reasonOrphaned, sig: term},
 				{at: 9 * time.Second, sig: none, wake: 9900 * time.Millisecond},
 				{at: 9900 * time.Millisecond, sig: kill, wake: 10 * time.Second},
-			}, reason: ReasonOrphaned},
+			}, reason: reasonOrphaned},
 		{name: "stopped after the deadline's TERM: no second TERM, the deadline's reason", deadline: 10 * time.Second, grace: 2 * time.Second,
 			steps: []step{
 				{at: 7900 * time.Millisecond, sig: term, wake: 9900 * time.Millisecond},
-				{at: 8 * time.Second, stop: ReasonStopped, sig: none},
+				{at: 8 * time.Second, stop: reasonStopped, sig: none},
 				{at: 8 * time.Second, sig: none, wake: 9900 * time.Millisecond},
-			}, reason: ReasonDeadline},
+			}, reason: reasonDeadline},
 		{name: "given a deadline already past: KILL at once", deadline: 0, grace: 2 * time.Second,
 			steps: []step{
 				{at: time.Second, sig: kill, wake: 1100 * time.Millisecond},
-			}, reason: ReasonDeadline},
+			}, reason: reasonDeadline},
 		{name: "no grace: KILL without TERM, and no wake-ups between kills", deadline: 10 * time.Second, grace: 0,
 			steps: []step{
 				{at: 0, sig: none, wake: 9900 * time.Millisecond},
 				{at: 9900 * time.Millisecond, sig: kill, wake: 10 * time.Second},
 				{at: 9901 * time.Millisecond, sig: none, wake: 10 * time.Second},
-			}, reason: ReasonDeadline},
+			}, reason: reasonDeadline},
 		{name: "exits before anything: a plain exit", deadline: 10 * time.Second, grace: 2 * time.Second,
 			steps: []step{
 				{at: 0, sig: none, wake: 7900 * time.Millisecond},
-			}, reason: ReasonExit},
+			}, reason: reasonExit},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			p := killPlan{deadline: at(c.deadline), grace: c.grace}
@@ -130,9 +130,9 @@ func TestKillPlanExitPastDeadline(t *testing.T) {
 		at   time.Duration
 		want string
 	}{
-		{9899 * time.Millisecond, ReasonExit},
-		{9900 * time.Millisecond, ReasonDeadline},
-		{time.Minute, ReasonDeadline},
+		{9899 * time.Millisecond, reasonExit},
+		{9900 * time.Millisecond, reasonDeadline},
+		{time.Minute, reasonDeadline},
 	} {
 		if got := p.exitReason(Boottime(c.at)); got != c.want {
 			t.Errorf("exitReason at %v = %s, want %s", c.at, got, c.want)

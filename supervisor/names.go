@@ -11,12 +11,12 @@ import (
 // becomes one znode name, a root a znode path; both travel in every
 // record, log line and status row, and into the job's environment.
 const (
-	// MaxNameBytes bounds a lock or job name: as a file name on most
+	// maxNameBytes bounds a lock or job name: as a file name on most
 	// filesystems, long enough for any name a person types, short enough
 	// that a lock's paths stay small in every request.
-	MaxNameBytes = 255
-	// MaxRootBytes bounds a lock or cron root.
-	MaxRootBytes = 1024
+	maxNameBytes = 255
+	// maxRootBytes bounds a lock or cron root.
+	maxRootBytes = 1024
 )
 
 // nameRule is what a name error says is allowed.
@@ -32,7 +32,7 @@ func checkName(kind, s string) error {
 	switch {
 	case s == "":
 		why = "it is empty"
-	case len(s) > MaxNameBytes:
+	case len(s) > maxNameBytes:
 		why = fmt.Sprintf("it is %d bytes long", len(s))
 	case s == "." || s == "..":
 		why = "it is a relative path"
@@ -59,8 +59,8 @@ func checkRoot(kind, s string) error {
 	if !strings.HasPrefix(s, "/") || (len(s) > 1 && strings.HasSuffix(s, "/")) {
 		return fmt.Errorf("%s root %q must be an absolute znode path, as /coordrun/locks", kind, s)
 	}
-	if len(s) > MaxRootBytes {
-		return fmt.Errorf("%s root is %d bytes long; at most %d", kind, len(s), MaxRootBytes)
+	if len(s) > maxRootBytes {
+		return fmt.Errorf("%s root is %d bytes long; at most %d", kind, len(s), maxRootBytes)
 	}
 	if s == "/" {
 		return nil

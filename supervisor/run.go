@@ -17,6 +17,7 @@ import (
 	"path"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -152,7 +153,9 @@ func waitForLock(ctx context.Context, o Options, e engine.Entry, sigs *signalPum
 		wctx, tcancel = context.WithTimeout(wctx, o.Timeout)
 		defer tcancel()
 	}
-	go sigs.cancelOnStop(wctx, cancel)
+	stopWatched := make(chan struct{})
+	go func() { defer close(stopWatched); sigs.cancelOnStop(wctx, cancel) }()
+	defer func() { cancel(); <-stopWatched }()
 	sl := newStatusLine(o.Status, o.TTY, o.Name, o.Log)
 	status := func(st engine.Status) {
 		sl.update(st)
@@ -273,6 +276,11 @@ func (h *holding) run(ctx context.Context, spec jobSpec, armed *guardedJob) (int
 	job.Go(s.deadline(s.conn.Lease()), spec.lockEnv)
 	sessionLost, timedOut := false, false
 	var lost *engine.Loss
+	// The retake of the run record must be over before the caller
+	// releases the lock: one made after the release would hold the lock
+	// for this session (under cron, until the cron process ends).
+	var retake sync.WaitGroup
+	defer retake.Wait()
 	var limit <-chan time.Time
 	if h.maxRuntime > 0 {
 		t := time.NewTimer(h.maxRuntime)
@@ -297,7 +305,9 @@ func (h *holding) run(ctx context.Context, spec jobSpec, armed *guardedJob) (int
 				log.Error("lock lost: another client deleted or changed this holder's node; stopping the job",
 					"node", loss.Node, "event", loss.Event, "revision", loss.Revision)
 				job.Stop()
+				retake.Add(1)
 				go func() {
+					defer retake.Done()
 					hctx, cancel := context.WithTimeout(ctx, s.conn.Timeout())
 					defer cancel()
 					h.e.Retake(hctx, loss)
@@ -318,13 +328,13 @@ func (h *holding) run(ctx context.Context, spec jobSpec, armed *guardedJob) (int
 		case <-job.Done():
 			r := job.Result()
 			switch {
-			case r.Reason == ReasonDeadline:
+			case r.Reason == reasonDeadline:
 				return ExitSessionLost, fmt.Errorf("session lease ran out; job killed (exit %d)", r.Code)
-			case sessionLost && (r.Reason == ReasonStopped || r.Reason == ReasonWatchdogDied):
+			case sessionLost && (r.Reason == reasonStopped || r.Reason == reasonWatchdogDied):
 				return ExitSessionLost, fmt.Errorf("session lost; job killed (exit %d)", r.Code)
 			case lost != nil:
 				return ExitLockLost, fmt.Errorf("lock lost (%s); job stopped (exit %d)", *lost, r.Code)
-			case timedOut && r.Reason == ReasonStopped:
+			case timedOut && r.Reason == reasonStopped:
 				return r.Code, fmt.Errorf("%w after %v (exit %d)", errTimedOut, h.maxRuntime, r.Code)
 			}
 			log.Info("job finished", "exit", r.Code, "signal", r.Signal)

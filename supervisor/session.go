@@ -84,7 +84,7 @@ func leaseMargin(o ConnOptions, grace time.Duration, conn engine.Session, log *s
 }
 
 // deadline is the kill deadline of a job on this session's lease.
-func (s *session) deadline(lease time.Time) Boottime { return BoottimeAt(lease.Add(-s.margin)) }
+func (s *session) deadline(lease time.Time) Boottime { return boottimeAt(lease.Add(-s.margin)) }
 
 // releaseDeadline bounds the retries of a release: once the lease has
 // passed by a whole session timeout the session is surely gone, and its

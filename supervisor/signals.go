@@ -16,21 +16,25 @@ import (
 //
 // Safe for concurrent use.
 type signalPump struct {
-	mu      sync.Mutex
+	mu      sync.Mutex // guards pending and notify
 	pending []os.Signal
 	notify  chan struct{} // closed, and replaced, when a signal is queued
-	done    chan struct{}
+	done    chan struct{} // closed by close: the pump ends
+	pumped  chan struct{} // closed once the pump has ended
 }
 
 func newSignalPump(in <-chan os.Signal) *signalPump {
-	p := &signalPump{notify: make(chan struct{}), done: make(chan struct{})}
-	if in != nil {
-		go p.pump(in)
+	p := &signalPump{notify: make(chan struct{}), done: make(chan struct{}), pumped: make(chan struct{})}
+	if in == nil {
+		close(p.pumped)
+		return p
 	}
+	go p.pump(in)
 	return p
 }
 
 func (p *signalPump) pump(in <-chan os.Signal) {
+	defer close(p.pumped)
 	for {
 		select {
 		case s := <-in:
@@ -79,7 +83,11 @@ func isStopSignal(s syscall.Signal) bool {
 	return s == syscall.SIGINT || s == syscall.SIGTERM || s == syscall.SIGHUP || s == syscall.SIGQUIT
 }
 
-func (p *signalPump) close() { close(p.done) }
+// close ends the pump and waits until it has.
+func (p *signalPump) close() {
+	close(p.done)
+	<-p.pumped
+}
 
 // cancelOnStop calls cancel once a terminating signal is queued, leaving
 // it queued, or returns when ctx ends.

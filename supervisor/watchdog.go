@@ -45,13 +45,13 @@ const killSlack = 100 * time.Millisecond
 
 // Reasons a job ended, as reported by the watchdog.
 const (
-	ReasonExit     = "exit"     // the job ended on its own
-	ReasonDeadline = "deadline" // the lease ran out; the watchdog killed it
-	ReasonOrphaned = "orphaned" // the supervisor disappeared
-	ReasonStopped  = "stopped"  // the supervisor asked for it to be stopped
-	// ReasonWatchdogDied: the watchdog was killed without reporting, so
+	reasonExit     = "exit"     // the job ended on its own
+	reasonDeadline = "deadline" // the lease ran out; the watchdog killed it
+	reasonOrphaned = "orphaned" // the supervisor disappeared
+	reasonStopped  = "stopped"  // the supervisor asked for it to be stopped
+	// reasonWatchdogDied: the watchdog was killed without reporting, so
 	// the job's group may not have been reaped.
-	ReasonWatchdogDied = "watchdog-died"
+	reasonWatchdogDied = "watchdog-died"
 )
 
 // WatchdogConfig is the watchdog's invocation.
@@ -81,13 +81,13 @@ func RunWatchdog(cfg WatchdogConfig) int {
 		var ok bool
 		if deadline, env, ok = awaitGo(ctrl, sigs); !ok {
 			// Disarmed, or the supervisor is gone: nothing ran.
-			send(cfg.Report, report{kind: reportExited, result: JobResult{Reason: ReasonOrphaned}})
+			send(cfg.Report, report{kind: reportExited, result: jobResult{Reason: reasonOrphaned}})
 			return 0
 		}
 	}
 	cmd, code := startJob(cfg.Argv, env)
 	if cmd == nil {
-		send(cfg.Report, report{kind: reportExited, result: JobResult{Code: code, Reason: ReasonExit}})
+		send(cfg.Report, report{kind: reportExited, result: jobResult{Code: code, Reason: reasonExit}})
 		return code
 	}
 	send(cfg.Report, report{kind: reportStarted, pid: cmd.Process.Pid})
@@ -107,6 +107,7 @@ func guardSignals() <-chan os.Signal {
 	// the supervisor's forwarded INT/HUP/QUIT with default handling.
 	terminal := make(chan os.Signal, 8)
 	signal.Notify(terminal, syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT)
+	// Drains for the watchdog process's whole life: not joined.
 	go func() {
 		for range terminal {
 		}
@@ -158,6 +159,7 @@ func startJob(argv, env []string) (*exec.Cmd, int) {
 func guard(cmd *exec.Cmd, plan *killPlan, ctrl <-chan string, sigs <-chan os.Signal, rep io.Writer) int {
 	pgid := cmd.Process.Pid
 	exited := make(chan syscall.WaitStatus, 1)
+	// Ends with the job, which guard waits for.
 	go func() {
 		_ = cmd.Wait()
 		exited <- cmd.ProcessState.Sys().(syscall.WaitStatus)
@@ -179,12 +181,12 @@ func guard(cmd *exec.Cmd, plan *killPlan, ctrl <-chan string, sigs <-chan os.Sig
 			group(syscall.SIGKILL)
 			reapOrphans()
 			code, sig := exitCode(ws)
-			send(rep, report{kind: reportExited, result: JobResult{Code: code, Signal: sig, Reason: plan.exitReason(BoottimeNow())}})
+			send(rep, report{kind: reportExited, result: jobResult{Code: code, Signal: sig, Reason: plan.exitReason(BoottimeNow())}})
 			return code
 		case line, ok := <-ctrl:
 			if !ok {
 				ctrl = nil
-				group(plan.stop(BoottimeNow(), ReasonOrphaned))
+				group(plan.stop(BoottimeNow(), reasonOrphaned))
 				continue
 			}
 			m, ok := parseControl(line)
@@ -195,10 +197,10 @@ func guard(cmd *exec.Cmd, plan *killPlan, ctrl <-chan string, sigs <-chan os.Sig
 			case m.kind == ctrlSignal:
 				group(m.signal)
 			case m.kind == ctrlStop:
-				group(plan.stop(BoottimeNow(), ReasonStopped))
+				group(plan.stop(BoottimeNow(), reasonStopped))
 			}
 		case <-sigs:
-			group(plan.stop(BoottimeNow(), ReasonOrphaned))
+			group(plan.stop(BoottimeNow(), reasonOrphaned))
 		case <-timer.C:
 		}
 	}

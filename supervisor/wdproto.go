@@ -95,7 +95,7 @@ const (
 type report struct {
 	kind   string
 	pid    int       // of reportStarted
-	result JobResult // of reportExited
+	result jobResult // of reportExited
 }
 
 func (r report) String() string {
@@ -115,7 +115,7 @@ func parseReport(line string) (report, bool) {
 	case len(f) == 4 && f[0] == reportExited:
 		code, cerr := strconv.Atoi(f[1])
 		sig, serr := strconv.Atoi(f[2])
-		return report{kind: reportExited, result: JobResult{Code: code, Signal: sig, Reason: f[3]}}, cerr == nil && serr == nil
+		return report{kind: reportExited, result: jobResult{Code: code, Signal: sig, Reason: f[3]}}, cerr == nil && serr == nil
 	}
 	return report{}, false
 }

@@ -32,10 +32,10 @@ func TestWatchdogProtocolRoundTrip(t *testing.T) {
 	}
 	for _, r := range []report{
 		{kind: reportStarted, pid: 4242},
-		{kind: reportExited, result: JobResult{Code: 0, Reason: ReasonExit}},
-		{kind: reportExited, result: JobResult{Code: 137, Signal: 9, Reason: ReasonDeadline}},
-		{kind: reportExited, result: JobResult{Code: 143, Signal: 15, Reason: ReasonStopped}},
-		{kind: reportExited, result: JobResult{Reason: ReasonOrphaned}},
+		{kind: reportExited, result: jobResult{Code: 0, Reason: reasonExit}},
+		{kind: reportExited, result: jobResult{Code: 137, Signal: 9, Reason: reasonDeadline}},
+		{kind: reportExited, result: jobResult{Code: 143, Signal: 15, Reason: reasonStopped}},
+		{kind: reportExited, result: jobResult{Reason: reasonOrphaned}},
 	} {
 		var b bytes.Buffer
 		send(&b, r)
@@ -60,7 +60,7 @@ func TestWatchdogProtocolText(t *testing.T) {
 		{control{kind: ctrlStop}, "K"},
 		{control{kind: ctrlEnv, env: "A=b c"}, `E "A=b c"`},
 		{report{kind: reportStarted, pid: 7}, "P 7"},
-		{report{kind: reportExited, result: JobResult{Code: 130, Signal: 2, Reason: ReasonWatchdogDied}}, "X 130 2 watchdog-died"},
+		{report{kind: reportExited, result: jobResult{Code: 130, Signal: 2, Reason: reasonWatchdogDied}}, "X 130 2 watchdog-died"},
 	} {
 		if got := c.m.String(); got != c.want {
 			t.Errorf("%+v = %q, want %q", c.m, got, c.want)

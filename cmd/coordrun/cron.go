@@ -83,7 +83,7 @@ func newCronCommand() *cobra.Command {
 	}
 	addSessionFlags(cmd)
 	f := cmd.Flags()
-	f.String("root", "/coordrun/cron", "znode folder of the cron jobs")
+	f.String("root", state.DefaultCronRoot, "znode folder of the cron jobs")
 	f.String("schedule", "", "cron schedule of the job given on the command line")
 	f.String("name", "", "job name (default: the command's base name)")
 	f.String("tz", "", "time zone of the schedule (default: local)")

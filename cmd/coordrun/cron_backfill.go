@@ -50,7 +50,7 @@ func newCronBackfillCommand() *cobra.Command {
 			return nil
 		}),
 	}
-	addInspectFlags(cmd, "/coordrun/cron", "znode folder")
+	addInspectFlags(cmd, state.DefaultCronRoot, "znode folder")
 	cmd.Flags().String("from", "", "first scheduled time (RFC 3339)")
 	cmd.Flags().String("to", "", "last scheduled time (RFC 3339)")
 	_ = cmd.MarkFlagRequired("from")

@@ -89,7 +89,7 @@ func newCronHistoryCommand() *cobra.Command {
 			return tw.Flush()
 		}),
 	}
-	addInspectFlags(cmd, "/coordrun/cron", "znode folder")
+	addInspectFlags(cmd, state.DefaultCronRoot, "znode folder")
 	cmd.Flags().Int("last", 20, "show only the newest N firings (0: all)")
 	cmd.Flags().Bool("output", false, "print each firing's kept output after its line")
 	return cmd

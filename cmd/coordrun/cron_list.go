@@ -71,6 +71,6 @@ func newCronListCommand() *cobra.Command {
 			return tw.Flush()
 		}),
 	}
-	addInspectFlags(cmd, "/coordrun/cron", "znode folder")
+	addInspectFlags(cmd, state.DefaultCronRoot, "znode folder")
 	return cmd
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/coordrun/coordrun/supervisor"
+	"github.com/coordrun/coordrun/supervisor/state"
 	"github.com/spf13/cobra"
 )
 
@@ -41,6 +42,6 @@ func newCronPauseCommand(pause bool) *cobra.Command {
 			return nil
 		}),
 	}
-	addInspectFlags(cmd, "/coordrun/cron", "znode folder")
+	addInspectFlags(cmd, state.DefaultCronRoot, "znode folder")
 	return cmd
 }

@@ -25,6 +25,6 @@ func newCronTriggerCommand() *cobra.Command {
 			return nil
 		}),
 	}
-	addInspectFlags(cmd, "/coordrun/cron", "znode folder")
+	addInspectFlags(cmd, state.DefaultCronRoot, "znode folder")
 	return cmd
 }

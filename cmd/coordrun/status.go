@@ -36,7 +36,7 @@ func newStatusCommand() *cobra.Command {
 			return unreadableLocks(locks)
 		}),
 	}
-	addInspectFlags(cmd, "/coordrun/locks", "znode folder holding every lock")
+	addInspectFlags(cmd, state.DefaultLockRoot, "znode folder holding every lock")
 	return cmd
 }
 

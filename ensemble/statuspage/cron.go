@@ -6,53 +6,18 @@ import (
 	"fmt"
 	"path"
 	"slices"
-	"strings"
 	"time"
 	"unicode/utf8"
 
-	"github.com/robfig/cron/v3"
+	"github.com/coordrun/coordrun/supervisor/state"
 )
 
 // The supervisor's cron jobs, read from the tree. Under the cron root each
 // job is a folder holding its definition (JSON), firings/<unix s>[-t<seq>]
 // (one record per firing, JSON), hosts/<host> (an ephemeral node per live
-// host) and paused while it is paused. The structs below decode those
-// records for display only; the supervisor owns the format
-// (supervisor/cronstore.go).
-
-// jobInfo is a job's definition (supervisor.CronJobInfo).
-type jobInfo struct {
-	Name       string   `json:"name"`
-	Schedule   string   `json:"schedule"`
-	TZ         string   `json:"tz,omitempty"`
-	Command    []string `json:"command"`
-	Overlap    string   `json:"overlap"`
-	MaxRuntime string   `json:"max_runtime,omitempty"`
-	Jitter     string   `json:"jitter,omitempty"`
-}
-
-// firingRecord is a firing's record (supervisor.FiringRecord).
-type firingRecord struct {
-	Scheduled   time.Time `json:"scheduled"`
-	State       string    `json:"state"`
-	Reason      string    `json:"reason,omitempty"`
-	Host        string    `json:"host"`
-	PID         int       `json:"pid"`
-	Token       int64     `json:"token,omitempty"`
-	Start       time.Time `json:"start,omitzero"`
-	End         time.Time `json:"end,omitzero"`
-	ExitCode    *int      `json:"exit_code,omitempty"`
-	Signal      string    `json:"signal,omitempty"`
-	Attempt     int       `json:"attempt,omitempty"`
-	Output      string    `json:"output,omitempty"`
-	OutputBytes int64     `json:"output_bytes,omitempty"`
-}
-
-// pauseRecord is who paused a job (supervisor.CronControl).
-type pauseRecord struct {
-	By string    `json:"by"`
-	At time.Time `json:"at"`
-}
+// host) and paused while it is paused. The records' types, a firing's
+// result and the schedule language are supervisor/state's, as every
+// reader's.
 
 // CronView is every job under the cron root.
 type CronView struct {
@@ -200,7 +165,7 @@ func cronJob(r jobRaw, now time.Time) CronJob {
 		j.Error = nodeError(r.err)
 		return j
 	}
-	var def jobInfo
+	var def state.CronJobInfo
 	if err := json.Unmarshal(r.def, &def); err != nil {
 		j.Error = "its definition is not a cron job's"
 		return j
@@ -215,7 +180,7 @@ func cronJob(r jobRaw, now time.Time) CronJob {
 		j.NextInZone = next.In(loc).Format("2006-01-02 15:04:05 MST")
 	}
 	if r.paused != nil {
-		var p pauseRecord
+		var p state.CronControl
 		_ = json.Unmarshal(r.paused, &p)
 		j.PausedBy, j.PausedAt = p.By, p.At
 		if j.PausedBy == "" {
@@ -223,7 +188,7 @@ func cronJob(r jobRaw, now time.Time) CronJob {
 		}
 	}
 	for _, b := range r.hosts {
-		var h contenderInfo
+		var h state.HolderInfo
 		if json.Unmarshal(b, &h) == nil {
 			j.Hosts = append(j.Hosts, Host{Host: h.Host, PID: h.PID, User: h.User, Since: h.Since})
 		}
@@ -235,17 +200,13 @@ func cronJob(r jobRaw, now time.Time) CronJob {
 }
 
 func firingOf(f namedData) Firing {
-	var rec firingRecord
+	var rec state.FiringRecord
 	if err := json.Unmarshal(f.data, &rec); err != nil {
-		return Firing{Name: f.name, State: "unreadable", Result: "unreadable"}
+		return Firing{Name: f.name, State: string(state.FiringUnreadable), Result: string(state.FiringUnreadable)}
 	}
-	out := Firing{Name: f.name, Scheduled: rec.Scheduled, State: rec.State, Reason: rec.Reason, Host: rec.Host, PID: rec.PID,
-		Token: rec.Token, Start: rec.Start, End: rec.End, ExitCode: rec.ExitCode, Signal: rec.Signal, Attempt: rec.Attempt,
-		Output: rec.Output, OutputBytes: rec.OutputBytes}
-	out.Result = rec.State
-	if rec.State == "done" && (rec.ExitCode == nil || *rec.ExitCode != 0) {
-		out.Result = "failed"
-	}
+	out := Firing{Name: f.name, Scheduled: rec.Scheduled, State: string(rec.State), Result: string(state.ResultOf(rec)), Reason: rec.Reason,
+		Host: rec.Host, PID: rec.PID, Token: rec.Token, Start: rec.Start, End: rec.End, ExitCode: rec.ExitCode, Signal: rec.Signal,
+		Attempt: rec.Attempt, Output: rec.Output, OutputBytes: rec.OutputBytes}
 	if !rec.Start.IsZero() && !rec.End.IsZero() {
 		out.DurationMS = max(rec.End.Sub(rec.Start).Milliseconds(), 0)
 	}
@@ -259,45 +220,17 @@ func firingOf(f namedData) Firing {
 	return out
 }
 
-// nextFiring is the first firing of a schedule after now, as the
-// supervisor reads schedules (supervisor.ParseSchedule): five fields or
-// six with seconds, descriptors, "@every D" aligned to the Unix epoch, an
-// optional CRON_TZ= prefix, tz the zone when given. loc is the zone the
+// nextFiring is the first firing of a schedule after now, parsed as the
+// supervisor parses it (state.ParseSchedule); loc is the zone the
 // schedule runs in.
 func nextFiring(spec, tz string, now time.Time) (next time.Time, loc *time.Location, err error) {
-	loc = time.Local
-	spec = strings.TrimSpace(spec)
-	if tz != "" {
-		if loc, err = time.LoadLocation(tz); err != nil {
-			return time.Time{}, time.Local, fmt.Errorf("time zone %q: %w", tz, err)
-		}
-	}
-	if rest, ok := cutTZ(spec); ok {
-		name, body, _ := strings.Cut(rest, " ")
-		if l, err := time.LoadLocation(name); err == nil {
+	s, err := state.ParseSchedule(spec, tz)
+	if err != nil {
+		loc = time.Local
+		if l, lerr := time.LoadLocation(tz); tz != "" && lerr == nil {
 			loc = l
 		}
-		spec = strings.TrimSpace(body)
+		return time.Time{}, loc, err
 	}
-	if every, ok := strings.CutPrefix(spec, "@every "); ok {
-		d, err := time.ParseDuration(strings.TrimSpace(every))
-		if err != nil || d < time.Second {
-			return time.Time{}, loc, fmt.Errorf("schedule %q: not a whole number of seconds", spec)
-		}
-		n := now.UnixNano()
-		return time.Unix(0, (n/d.Nanoseconds()+1)*d.Nanoseconds()).In(loc), loc, nil
-	}
-	p := cron.NewParser(cron.SecondOptional | cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow | cron.Descriptor)
-	s, err := p.Parse(spec)
-	if err != nil {
-		return time.Time{}, loc, fmt.Errorf("schedule %q: %w", spec, err)
-	}
-	return s.Next(now.In(loc)), loc, nil
-}
-
-func cutTZ(spec string) (string, bool) {
-	if rest, ok := strings.CutPrefix(spec, "CRON_TZ="); ok {
-		return rest, true
-	}
-	return strings.CutPrefix(spec, "TZ=")
+	return s.Next(now.In(s.Zone)), s.Zone, nil
 }

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/coordrun/coordrun/internal/testkit"
+	"github.com/coordrun/coordrun/supervisor/state"
 )
 
 // bigRoot is a Tree with a lock root of many empty lock folders (and an
@@ -208,9 +209,9 @@ func TestLockRootReadBounded(t *testing.T) {
 func TestChildrenReadsBounded(t *testing.T) {
 	f, s := lockFixture(t)
 	for i := range 150 {
-		f.putJSON(fmt.Sprintf("/coordrun/locks/nightly/lock-q%03d-%010d", i, 100+i), contenderInfo{Host: "q"}, 0x100)
-		f.putJSON(fmt.Sprintf("/coordrun/cron/report/firings/%013d", 1_900_000_000+i), firingRecord{State: "done"}, 0)
-		f.putJSON(fmt.Sprintf("/coordrun/cron/report/hosts/h%03d", i), contenderInfo{Host: "h"}, 0x100)
+		f.putJSON(fmt.Sprintf("/coordrun/locks/nightly/lock-q%03d-%010d", i, 100+i), state.HolderInfo{Host: "q"}, 0x100)
+		f.putJSON(fmt.Sprintf("/coordrun/cron/report/firings/%013d", 1_900_000_000+i), state.FiringRecord{State: "done"}, 0)
+		f.putJSON(fmt.Sprintf("/coordrun/cron/report/hosts/h%03d", i), state.HolderInfo{Host: "h"}, 0x100)
 	}
 	l, ok := s.lock("nightly")
 	if !ok || l.Queued != 153 || len(l.Waiting) != maxQueue-1 || l.Holder == nil || l.Waiting[0].Host != "web-2" {

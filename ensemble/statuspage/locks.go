@@ -6,9 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"path"
-	"strconv"
 	"strings"
 	"time"
+
+	"github.com/coordrun/coordrun/supervisor/state"
 )
 
 // The supervisor's locks, read from the tree. The layout is the lock
@@ -16,32 +17,8 @@ import (
 // root, its data the record of the last holder ("held NODE", "stopping
 // NODE", "released NODE"), an ephemeral sequential queue node
 // "lock-<id>-<seq>" per contender holding its description (JSON), and the
-// ephemeral "run" node of the holder. The structs below decode those
-// records for display only; the recipe owns the format.
-
-const (
-	queuePrefix = "lock-"
-	runNode     = "run"
-)
-
-// contenderInfo is the data of a queue node (recipe.Info).
-type contenderInfo struct {
-	Host             string    `json:"host"`
-	PID              int       `json:"pid"`
-	User             string    `json:"user"`
-	Command          string    `json:"command"`
-	Since            time.Time `json:"since"`
-	SessionTimeoutMS int64     `json:"session_timeout_ms,omitempty"`
-	KillGraceMS      int64     `json:"kill_grace_ms,omitempty"`
-}
-
-// runInfo is the data of the run node (recipe.RunInfo).
-type runInfo struct {
-	Node  string `json:"node"`
-	Token int64  `json:"token"`
-	contenderInfo
-	Stopping bool `json:"stopping,omitempty"`
-}
+// ephemeral "run" node of the holder. The records' types are
+// supervisor/state's, as every reader's.
 
 // LocksView is every lock under the lock root.
 type LocksView struct {
@@ -179,10 +156,10 @@ func readLock(t Tree, f folders, root, name string) lockRaw {
 		return rawNode{name: k, data: data, stat: st, owner: st.EphemeralOwner != 0 && t.SessionLive(st.EphemeralOwner)}, true
 	}
 	queue := kids
-	for len(queue) > 0 && queueSeq(queue[len(queue)-1]) < 0 {
+	for len(queue) > 0 && state.QueueSeq(queue[len(queue)-1]) < 0 {
 		queue = queue[:len(queue)-1]
 	}
-	if n, ok := read(runNode); ok {
+	if n, ok := read(state.RunNode); ok {
 		r.run = &n
 	}
 	r.queued = len(queue)
@@ -205,25 +182,11 @@ func readLock(t Tree, f folders, root, name string) lockRaw {
 	return r
 }
 
-// queueSeq is the sequence number the server appended to a queue node's
-// name, or -1 for a name that is not a queue node.
-func queueSeq(name string) int64 {
-	i := strings.LastIndexByte(name, '-')
-	if !strings.HasPrefix(name, queuePrefix) || i < 0 {
-		return -1
-	}
-	n, err := strconv.ParseInt(name[i+1:], 10, 64)
-	if err != nil || n < 0 {
-		return -1
-	}
-	return n
-}
-
 // queueOrder orders a lock folder's children as its queue: by sequence
 // number (then name, for a total order), names that are not queue nodes
 // last.
 func queueOrder(a, b string) int {
-	sa, sb := queueSeq(a), queueSeq(b)
+	sa, sb := state.QueueSeq(a), state.QueueSeq(b)
 	switch {
 	case sa < 0 && sb >= 0:
 		return 1
@@ -245,7 +208,7 @@ func lockView(r lockRaw, session func(int64) SessionState) LockView {
 		return v
 	}
 	v.Record, v.Queued = string(r.record), r.queued
-	var run runInfo
+	var run state.RunInfo
 	if r.run != nil {
 		_ = json.Unmarshal(r.run.data, &run)
 	}
@@ -279,7 +242,7 @@ func lockView(r lockRaw, session func(int64) SessionState) LockView {
 }
 
 func contenderOf(n rawNode) Contender {
-	var info contenderInfo
+	var info state.HolderInfo
 	_ = json.Unmarshal(n.data, &info)
 	return Contender{Node: n.name, Token: n.stat.Czxid, Host: info.Host, PID: info.PID, User: info.User,
 		Command: info.Command, Since: info.Since, Session: sessionHex(n.stat.EphemeralOwner)}

@@ -41,6 +41,8 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/coordrun/coordrun/supervisor/state"
 )
 
 //go:embed assets
@@ -74,10 +76,11 @@ type Options struct {
 	Log               *slog.Logger
 }
 
-// Defaults of Options.
+// Defaults of Options: the folders coordrun run and coordrun cron use
+// unless told otherwise (supervisor/state is their one home).
 const (
-	DefaultLockRoot = "/coordrun/locks"
-	DefaultCronRoot = "/coordrun/cron"
+	DefaultLockRoot = state.DefaultLockRoot
+	DefaultCronRoot = state.DefaultCronRoot
 )
 
 // Server serves the page and the API over a Source. Run keeps its charts

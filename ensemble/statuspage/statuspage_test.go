@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/coordrun/coordrun/internal/testkit"
+	"github.com/coordrun/coordrun/supervisor/state"
 )
 
 var fixedNow = time.Date(2026, 12, 2, 6, 0, 0, 0, time.UTC)
@@ -25,27 +26,27 @@ func lockFixture(t testing.TB) (*fakeSource, *Server) {
 	t.Helper()
 	f := newFakeSource()
 	at := func(min int) time.Time { return fixedNow.Add(-time.Duration(min) * time.Minute) }
-	info := func(host string, pid int, since time.Time) contenderInfo {
-		return contenderInfo{Host: host, PID: pid, User: "ops", Command: "/usr/local/bin/nightly.sh", Since: since}
+	info := func(host string, pid int, since time.Time) state.HolderInfo {
+		return state.HolderInfo{Host: host, PID: pid, User: "ops", Command: "/usr/local/bin/nightly.sh", Since: since}
 	}
 	f.put("/coordrun/locks/nightly", []byte("held lock-aa-0000000001"), 0)
 	holder := f.putJSON("/coordrun/locks/nightly/lock-aa-0000000001", info("web-1", 101, at(30)), 0x100)
 	// Sequence order, not name order: web-3's id sorts first.
 	f.putJSON("/coordrun/locks/nightly/lock-zz-0000000002", info("web-2", 202, at(20)), 0x200)
 	f.putJSON("/coordrun/locks/nightly/lock-00-0000000003", info("web-3", 303, at(10)), 0x300)
-	f.putJSON("/coordrun/locks/nightly/run", runInfo{Node: "lock-aa-0000000001", Token: holder.stat.Czxid, contenderInfo: info("web-1", 101, at(25))}, 0x100)
+	f.putJSON("/coordrun/locks/nightly/run", state.RunInfo{Node: "lock-aa-0000000001", Token: holder.stat.Czxid, HolderInfo: info("web-1", 101, at(25))}, 0x100)
 
 	f.put("/coordrun/locks/stale", []byte("held lock-bb-0000000001"), 0)
 	stale := f.putJSON("/coordrun/locks/stale/lock-bb-0000000001", info("db-1", 9, at(90)), 0)
-	f.putJSON("/coordrun/locks/stale/run", runInfo{Node: "lock-bb-0000000001", Token: stale.stat.Czxid, contenderInfo: info("db-1", 9, at(90))}, 0)
+	f.putJSON("/coordrun/locks/stale/run", state.RunInfo{Node: "lock-bb-0000000001", Token: stale.stat.Czxid, HolderInfo: info("db-1", 9, at(90))}, 0)
 
 	f.put("/coordrun/locks/secret", []byte("held lock-cc-0000000001"), 0).closed = true
 
-	f.putJSON("/coordrun/cron/report", jobInfo{Name: "report", Schedule: "0 3 * * *", TZ: "Europe/Berlin", Command: []string{"/usr/bin/report", "--all"}, Overlap: "skip"}, 0)
+	f.putJSON("/coordrun/cron/report", state.CronJobInfo{Name: "report", Schedule: "0 3 * * *", TZ: "Europe/Berlin", Command: []string{"/usr/bin/report", "--all"}, Overlap: "skip"}, 0)
 	exit0, exit1 := 0, 1
-	f.putJSON("/coordrun/cron/report/firings/"+firingName(at(24*60)), firingRecord{Scheduled: at(24 * 60), State: "done", Host: "web-2", Token: 777,
+	f.putJSON("/coordrun/cron/report/firings/"+firingName(at(24*60)), state.FiringRecord{Scheduled: at(24 * 60), State: "done", Host: "web-2", Token: 777,
 		Start: at(24 * 60), End: at(24*60 - 2), ExitCode: &exit1, Output: "disk full\n", OutputBytes: 10}, 0)
-	f.putJSON("/coordrun/cron/report/firings/"+firingName(at(60)), firingRecord{Scheduled: at(60), State: "done", Host: "web-1", Token: 901,
+	f.putJSON("/coordrun/cron/report/firings/"+firingName(at(60)), state.FiringRecord{Scheduled: at(60), State: "done", Host: "web-1", Token: 901,
 		Start: at(60), End: at(59), ExitCode: &exit0}, 0)
 	f.putJSON("/coordrun/cron/report/hosts/web-1", info("web-1", 1001, at(300)), 0x400)
 
@@ -151,8 +152,8 @@ func TestAPILocks(t *testing.T) {
 	// A new holder: the old one is in the history, with its token.
 	old := n.Holder.Token
 	f.remove("/coordrun/locks/nightly/lock-aa-0000000001")
-	f.putJSON("/coordrun/locks/nightly/run", runInfo{Node: "lock-zz-0000000002", Token: n.Waiting[0].Token,
-		contenderInfo: contenderInfo{Host: "web-2", PID: 202, Since: fixedNow}}, 0x200)
+	f.putJSON("/coordrun/locks/nightly/run", state.RunInfo{Node: "lock-zz-0000000002", Token: n.Waiting[0].Token,
+		HolderInfo: state.HolderInfo{Host: "web-2", PID: 202, Since: fixedNow}}, 0x200)
 	f.put("/coordrun/locks/nightly", []byte("held lock-zz-0000000002"), 0)
 	l := getJSON[LockView](t, h, "/api/locks/nightly", 200)
 	if l.Holder == nil || l.Holder.Host != "web-2" || l.Holder.Token <= old || len(l.Waiting) != 1 {
@@ -342,7 +343,7 @@ func TestEventStream(t *testing.T) {
 	if first.ServerTime.IsZero() || first.Member != "1" || len(first.Locks.Locks) != 3 {
 		t.Fatalf("first state %+v", first)
 	}
-	f.putJSON("/coordrun/locks/nightly/lock-ab-0000000009", contenderInfo{Host: "web-9", PID: 9}, 0x900)
+	f.putJSON("/coordrun/locks/nightly/lock-ab-0000000009", state.HolderInfo{Host: "web-9", PID: 9}, 0x900)
 	deadline := time.After(5 * time.Second)
 	for {
 		select {
@@ -432,7 +433,9 @@ func TestNextFiring(t *testing.T) {
 			t.Errorf("nextFiring(%q, %q) = %v in %v, %v; want %v in %s", c.spec, c.tz, got, loc, err, c.want, c.zone)
 		}
 	}
-	for _, bad := range []string{"", "61 * * * *", "@every 0s", "@every soon"} {
+	// The page reads schedules as the supervisor does: an @every that is
+	// not a whole number of seconds is refused by both.
+	for _, bad := range []string{"", "61 * * * *", "@every 0s", "@every soon", "@every 1500ms", "@every 90500ms"} {
 		if _, _, err := nextFiring(bad, "", now); err == nil {
 			t.Errorf("nextFiring(%q): no error", bad)
 		}

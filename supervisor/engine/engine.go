@@ -22,6 +22,11 @@
 // errors.Is(err, ErrX) holds; it keeps its own error in the chain (wrap
 // both) for messages. Any other error is a refusal the caller cannot
 // recover from by retrying (a malformed path, a record too large).
+//
+// # Conformance
+//
+// supervisor/engine/enginetest checks an engine against a real store:
+// an engine's tests call enginetest.Run with a way to open sessions.
 package engine
 
 import (

@@ -1,6 +1,10 @@
 package state
 
-import "time"
+import (
+	"strconv"
+	"strings"
+	"time"
+)
 
 // Names in a lock's folder.
 const (
@@ -62,4 +66,19 @@ type Contender struct {
 	// Holding: this contender owns the run record (for the queue's head:
 	// it holds the lock, rather than being about to take it).
 	Holding bool `json:"holding,omitempty"`
+}
+
+// QueueSeq is the sequence number the store appended to a queue entry's
+// name ("lock-<id>-<seq>"), or -1 for a name that is not a queue entry
+// (the run record among them). Entries of older supervisors carry no id.
+func QueueSeq(name string) int64 {
+	i := strings.LastIndexByte(name, '-')
+	if !strings.HasPrefix(name, LockNodePrefix) || i < 0 {
+		return -1
+	}
+	n, err := strconv.ParseInt(name[i+1:], 10, 64)
+	if err != nil || n < 0 {
+		return -1
+	}
+	return n
 }

@@ -59,7 +59,7 @@ type Status struct {
 
 // seqOf returns the sequence number of a queue node name, or -1. Queue
 // nodes of older supervisors carry no id, so none is required.
-func seqOf(name string) int64 { return sequenceOf(name, NodePrefix, false) }
+func seqOf(name string) int64 { return state.QueueSeq(name) }
 
 // sortQueue orders queue node names by sequence number, dropping names
 // that are not queue nodes (the run node among them).

@@ -2,8 +2,6 @@ package zkengine
 
 import (
 	"context"
-	"crypto/sha1"
-	"encoding/base64"
 	"log/slog"
 	"sort"
 	"strings"
@@ -11,6 +9,7 @@ import (
 	"github.com/coordrun/coordrun/ensemble/client"
 	"github.com/coordrun/coordrun/ensemble/client/recipe"
 	"github.com/coordrun/coordrun/ensemble/wire"
+	"github.com/coordrun/coordrun/ensemble/zk"
 )
 
 // ACLs of what coordrun creates. Any client that may delete a lock's nodes
@@ -20,13 +19,6 @@ import (
 // records (who runs what, where, and a cron run's output) from everyone
 // else's eyes unless --acl grants them read.
 
-// digestID is ZooKeeper's digest identity of "user:password".
-func digestID(userPass string) string {
-	user, _, _ := strings.Cut(userPass, ":")
-	sum := sha1.Sum([]byte(userPass))
-	return user + ":" + base64.StdEncoding.EncodeToString(sum[:])
-}
-
 // sessionIdentities are the identities the session is authenticated as
 // that other hosts can share: digest users (computed here: whoAmI names
 // only the user) and what the server reports for other schemes, such as a
@@ -35,7 +27,7 @@ func digestID(userPass string) string {
 func sessionIdentities(ctx context.Context, c *client.Client, auth []client.Auth) (ids []wire.ID, known bool) {
 	for _, a := range auth {
 		if a.Scheme == "digest" {
-			ids = append(ids, wire.ID{Scheme: "digest", ID: digestID(string(a.Secret))})
+			ids = append(ids, wire.ID{Scheme: "digest", ID: zk.DigestID(string(a.Secret))})
 		}
 	}
 	infos, err := c.WhoAmI(ctx)

@@ -53,8 +53,8 @@ func statusFunc(f func(engine.Status)) func(recipe.Status) {
 func (x *entry) UncleanHandoff() bool              { return x.e.UncleanHandoff() }
 func (x *entry) MustWait() (time.Duration, string) { return x.e.MustWait() }
 
-// WatchStanding relays the recipe's one loss; the relay ends with it or
-// with ctx.
+// WatchStanding relays the recipe's one loss; the relay is not joined:
+// it ends with the loss or with ctx, and holds nothing.
 func (x *entry) WatchStanding(ctx context.Context) <-chan engine.Loss {
 	in := x.e.WatchStanding(ctx)
 	out := make(chan engine.Loss, 1)
