@@ -271,18 +271,18 @@ func (c *Conn) accessKey() string { return c.prefix + "\x00access-check-" + c.ID
 // prefix, so that a missing permission is told at start, naming the key
 // and the permission, rather than as a lock that never comes.
 func (c *Conn) checkAccess(ctx context.Context, user string, readOnly bool) error {
-	fix := func(perm string) error {
+	fix := func(what string) error {
 		who := "this client"
 		if user != "" {
 			who = fmt.Sprintf("etcd user %q", user)
 		}
-		return configErr("%s may not %s key %q under the prefix %s: grant one of its roles readwrite on the prefix (etcdctl role grant-permission ROLE --prefix=true readwrite %s), or choose a prefix it may use with --prefix",
-			who, perm, c.accessKey(), c.prefix, c.prefix)
+		return configErr("%s may not %s: grant one of its roles readwrite on the prefix (etcdctl role grant-permission ROLE --prefix=true readwrite %s), or choose a prefix it may use with --prefix",
+			who, what, c.prefix)
 	}
 	where := strings.Join(c.endpoints, ",")
 	if _, err := c.cli.Get(ctx, c.prefix, clientv3.WithPrefix(), clientv3.WithCountOnly()); err != nil {
 		if errors.Is(err, rpctypes.ErrPermissionDenied) {
-			return fix("read")
+			return fix(fmt.Sprintf("read the keys under the prefix %s (range %q to %q)", c.prefix, c.prefix, clientv3.GetPrefixRangeEnd(c.prefix)))
 		}
 		return dialErr(where, user, err)
 	}
@@ -292,7 +292,7 @@ func (c *Conn) checkAccess(ctx context.Context, user string, readOnly bool) erro
 	key := c.accessKey()
 	if _, err := c.cli.Put(ctx, key, "", clientv3.WithLease(c.lease)); err != nil {
 		if errors.Is(err, rpctypes.ErrPermissionDenied) {
-			return fix("write")
+			return fix(fmt.Sprintf("write key %q under the prefix %s", c.accessKey(), c.prefix))
 		}
 		return dialErr(where, user, err)
 	}

@@ -205,6 +205,8 @@ func TestEtcdRunBadInput(t *testing.T) {
 		{"role", "grant-permission", "app", "--prefix=true", "readwrite", "/coordrun/"}, {"user", "grant-role", "app", "app"},
 		{"user", "add", "other:otherpw"}, {"role", "add", "other"},
 		{"role", "grant-permission", "other", "--prefix=true", "readwrite", "/other/"}, {"user", "grant-role", "other", "other"},
+		{"user", "add", "reader:readerpw"}, {"role", "add", "reader"},
+		{"role", "grant-permission", "reader", "--prefix=true", "read", "/coordrun/"}, {"user", "grant-role", "reader", "reader"},
 		{"auth", "enable"},
 	} {
 		c.Etcdctl(args...)
@@ -221,7 +223,8 @@ func TestEtcdRunBadInput(t *testing.T) {
 		{"unreachable", "etcd://" + free, nil, supervisor.ExitUnavailable, "no etcd member"},
 		{"password", "etcd://" + ep, []string{"--auth", "app:wrong"}, supervisor.ExitUsage, "wrong user name or password"},
 		{"no-auth", "etcd://" + ep, nil, supervisor.ExitUsage, "requires authentication"},
-		{"prefix", "etcd://" + ep, []string{"--auth", "other:otherpw"}, supervisor.ExitUsage, "may not write key \"/coordrun/"},
+		{"prefix", "etcd://" + ep, []string{"--auth", "other:otherpw"}, supervisor.ExitUsage, "may not read the keys under the prefix /coordrun/"},
+		{"read-only", "etcd://" + ep, []string{"--auth", "reader:readerpw"}, supervisor.ExitUsage, "may not write key \"/coordrun/"},
 		{"ok", "etcd://" + ep, []string{"--auth", "app:apppw"}, 0, ""},
 		{"own-prefix", "etcd://" + ep, []string{"--auth", "other:otherpw", "--prefix", "/other/"}, 0, ""},
 	} {
@@ -234,6 +237,12 @@ func TestEtcdRunBadInput(t *testing.T) {
 				t.Fatalf("exit %d, want %d; output:\n%s", code, tc.code, out)
 			}
 		})
+	}
+	// A reader may inspect: status checks read access only.
+	st := exec.Command(coordrun(t), "status", "--servers", "etcd://"+ep, "--auth", "reader:readerpw")
+	st.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir()}
+	if out, err := st.CombinedOutput(); err != nil {
+		t.Fatalf("status as a reader: %v\n%s", err, out)
 	}
 }
 
