@@ -1,6 +1,7 @@
 package testkit
 
 import (
+	"crypto/tls"
 	"fmt"
 	"net/http"
 	"os"
@@ -52,6 +53,13 @@ type EtcdCluster struct {
 	initial string // --initial-cluster
 	token   string
 	Members []*EtcdMember
+
+	// With TLS (StartEtcdTLS): the CA, the members' certificate, and a
+	// client certificate the members accept.
+	CA                    *CA
+	serverCert, serverKey string
+	ClientCert, ClientKey string
+	clientTLS             *tls.Config
 }
 
 // StartEtcd starts n etcd members (1 or 3, say) and waits until every one
@@ -59,15 +67,35 @@ type EtcdCluster struct {
 // cluster has a leader.
 func StartEtcd(t testing.TB, n int) *EtcdCluster {
 	t.Helper()
+	return startEtcd(t, n, nil)
+}
+
+// StartEtcdTLS is StartEtcd with the client port on TLS, certificates
+// from ca, and client certificates required (ClientCert, ClientKey).
+func StartEtcdTLS(t testing.TB, n int, ca *CA) *EtcdCluster {
+	t.Helper()
+	return startEtcd(t, n, ca)
+}
+
+func startEtcd(t testing.TB, n int, ca *CA) *EtcdCluster {
+	t.Helper()
 	bin := RequireEtcd(t)
 	addrs := FreeAddrs(t, "127.0.0.1", 2*n)
 	dir := t.TempDir()
-	c := &EtcdCluster{t: t, bin: bin, token: fmt.Sprintf("coordrun-test-%d", time.Now().UnixNano())}
+	c := &EtcdCluster{t: t, bin: bin, token: fmt.Sprintf("coordrun-test-%d", time.Now().UnixNano()), CA: ca}
+	scheme := "http://"
+	if ca != nil {
+		scheme = "https://"
+		c.serverCert, c.serverKey = ca.Files(t, "etcd-member", ca.Issue(t, Loopback("etcd-member")))
+		client := ca.Issue(t, Loopback("coordrun-client"))
+		c.ClientCert, c.ClientKey = ca.Files(t, "etcd-client", client)
+		c.clientTLS = ca.ClientTLS(client)
+	}
 	var initial []string
 	for i := 0; i < n; i++ {
 		m := &EtcdMember{
 			Name:      fmt.Sprintf("e%d", i+1),
-			ClientURL: "http://" + addrs[i],
+			ClientURL: scheme + addrs[i],
 			PeerURL:   "http://" + addrs[n+i],
 			Dir:       filepath.Join(dir, fmt.Sprintf("e%d", i+1)),
 		}
@@ -85,7 +113,7 @@ func StartEtcd(t testing.TB, n int) *EtcdCluster {
 func (c *EtcdCluster) start(i int, state string) {
 	c.t.Helper()
 	m := c.Members[i]
-	cmd := exec.Command(c.bin,
+	args := []string{
 		"--name", m.Name,
 		"--data-dir", m.Dir,
 		"--listen-client-urls", m.ClientURL,
@@ -95,7 +123,12 @@ func (c *EtcdCluster) start(i int, state string) {
 		"--initial-cluster", c.initial,
 		"--initial-cluster-token", c.token,
 		"--initial-cluster-state", state,
-		"--logger", "zap", "--log-level", "warn")
+		"--logger", "zap", "--log-level", "warn"}
+	if c.CA != nil {
+		args = append(args, "--cert-file", c.serverCert, "--key-file", c.serverKey,
+			"--client-cert-auth", "--trusted-ca-file", c.CA.File)
+	}
+	cmd := exec.Command(c.bin, args...)
 	// etcd 3.4 reads ETCD_* variables as flags: keep the caller's out.
 	cmd.Env = []string{"PATH=" + os.Getenv("PATH")}
 	m.Proc = Spawn(c.t, "etcd "+m.Name, cmd)
@@ -114,7 +147,8 @@ func (c *EtcdCluster) Endpoints() []string {
 func (c *EtcdCluster) Servers() string {
 	var s []string
 	for _, m := range c.Members {
-		s = append(s, strings.Replace(m.ClientURL, "http://", "etcd://", 1))
+		_, hostport, _ := strings.Cut(m.ClientURL, "://")
+		s = append(s, "etcd://"+hostport)
 	}
 	return strings.Join(s, ",")
 }
@@ -136,6 +170,10 @@ func (c *EtcdCluster) Healthy(i int) bool {
 		return false
 	}
 	hc := http.Client{Timeout: time.Second}
+	if c.clientTLS != nil {
+		hc.Transport = &http.Transport{TLSClientConfig: c.clientTLS}
+	}
+	defer hc.CloseIdleConnections()
 	resp, err := hc.Get(m.ClientURL + "/health")
 	if err != nil {
 		return false
@@ -178,7 +216,11 @@ func (c *EtcdCluster) EtcdctlErr(args ...string) (string, error) {
 	if bin == "" {
 		bin = EtcdctlBin
 	}
-	cmd := exec.Command(bin, append([]string{"--endpoints", strings.Join(c.Endpoints(), ","), "--dial-timeout", "5s"}, args...)...)
+	global := []string{"--endpoints", strings.Join(c.Endpoints(), ","), "--dial-timeout", "5s"}
+	if c.CA != nil {
+		global = append(global, "--cacert", c.CA.File, "--cert", c.ClientCert, "--key", c.ClientKey)
+	}
+	cmd := exec.Command(bin, append(global, args...)...)
 	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "ETCDCTL_API=3"}
 	out, err := cmd.CombinedOutput()
 	return string(out), err

@@ -297,3 +297,21 @@ func TestEtcdCronEachFiringOnce(t *testing.T) {
 		last = tok
 	}
 }
+
+// etcd with TLS on its client port and client certificates required: the
+// --tls-* flags reach it; without them coordrun is refused.
+func TestEtcdRunTLS(t *testing.T) {
+	ca := testkit.NewCA(t, "etcd-test-ca")
+	c := testkit.StartEtcdTLS(t, 1, ca)
+	file := filepath.Join(t.TempDir(), "marks")
+	p := runCmd(t, c, "tls", []string{"--tls-ca", ca.File, "--tls-cert", c.ClientCert, "--tls-key", c.ClientKey}, marks(file, "true"))
+	if code := p.Exit(t, 30*time.Second); code != 0 {
+		t.Fatalf("run over TLS exited %d", code)
+	}
+	if ms := readMarks(t, file); len(ms) != 2 || ms[0].token <= 0 {
+		t.Fatalf("marks %+v", ms)
+	}
+	if code := runCmd(t, c, "plain", nil, "true").Exit(t, 30*time.Second); code == 0 {
+		t.Fatal("run without TLS flags succeeded against a TLS-only etcd")
+	}
+}
