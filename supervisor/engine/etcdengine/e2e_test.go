@@ -315,3 +315,33 @@ func TestEtcdRunTLS(t *testing.T) {
 		t.Fatal("run without TLS flags succeeded against a TLS-only etcd")
 	}
 }
+
+// --try and --timeout on etcd: a held lock is not waited for (75), or
+// only as long as asked (75 after it).
+func TestEtcdRunTryAndTimeout(t *testing.T) {
+	c := testkit.StartEtcd(t, 1)
+	dir := t.TempDir()
+	held, gone := filepath.Join(dir, "held"), filepath.Join(dir, "go")
+	holder := runCmd(t, c, "holder", nil, fmt.Sprintf(`touch %s; while [ ! -e %s ]; do sleep 0.01; done`, held, gone))
+	testkit.WaitFor(t, 15*time.Second, "the holder's job", func() bool { _, err := os.Stat(held); return err == nil })
+	if code := runCmd(t, c, "try", []string{"--try"}, "true").Exit(t, 15*time.Second); code != supervisor.ExitNotAcquired {
+		t.Fatalf("--try exited %d, want %d", code, supervisor.ExitNotAcquired)
+	}
+	start := time.Now()
+	if code := runCmd(t, c, "timeout", []string{"--timeout", "1s"}, "true").Exit(t, 15*time.Second); code != supervisor.ExitNotAcquired {
+		t.Fatalf("--timeout exited %d, want %d", code, supervisor.ExitNotAcquired)
+	}
+	if waited := time.Since(start); waited < time.Second {
+		t.Fatalf("--timeout 1s gave up after %v", waited)
+	}
+	if err := os.WriteFile(gone, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if code := holder.Exit(t, 15*time.Second); code != 0 {
+		t.Fatalf("holder exited %d", code)
+	}
+	// Nothing of the two that gave up is left in the queue.
+	if out := c.Etcdctl("get", "--prefix", "--keys-only", "/coordrun/locks/job/lock-"); strings.Contains(out, "lock-") {
+		t.Fatalf("queue keys left:\n%s", out)
+	}
+}
