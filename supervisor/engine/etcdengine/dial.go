@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -189,11 +190,11 @@ func Dial(ctx context.Context, cfg Config) (*Conn, error) {
 		cli.Close()
 		return nil, err
 	}
-	if err := checkVersion(ctx, cli, cfg.Endpoints); err != nil {
-		return fail(dialErr(where, cfg.Username, err))
+	if err := checkVersion(ctx, cli); err != nil {
+		return fail(dialErr(where, cfg.Username, fmt.Errorf("version: %w", err)))
 	}
 	if err := c.grant(ctx, cfg.SessionTimeout); err != nil {
-		return fail(dialErr(where, cfg.Username, err))
+		return fail(dialErr(where, cfg.Username, fmt.Errorf("lease grant: %w", err)))
 	}
 	if err := c.checkAccess(ctx, cfg.Username, cfg.ReadOnly); err != nil {
 		return fail(err)
@@ -220,26 +221,43 @@ func dialErr(where, user string, err error) error {
 	return fmt.Errorf("%w: no etcd member at %s answered: %w", engine.ErrUnreachable, where, err)
 }
 
-// checkVersion asks the members for their version until one answers, and
-// refuses a server older than MinVersion.
-func checkVersion(ctx context.Context, cli *clientv3.Client, endpoints []string) error {
-	var last error
-	for _, ep := range cli.Endpoints() {
-		resp, err := cli.Status(ctx, ep)
-		if err != nil {
-			last = err
-			if ctx.Err() != nil {
-				break
+// checkVersion asks every member for its version at once (a dead one
+// answers nothing until the deadline) and judges by the first answer: a
+// server older than MinVersion is refused.
+func checkVersion(ctx context.Context, cli *clientv3.Client) error {
+	ctx, cancel := context.WithCancel(ctx)
+	type answer struct {
+		ep      string
+		version string
+		err     error
+	}
+	eps := cli.Endpoints()
+	answers := make(chan answer, len(eps))
+	var wg sync.WaitGroup
+	for _, ep := range eps {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			resp, err := cli.Status(ctx, ep)
+			a := answer{ep: ep, err: err}
+			if err == nil {
+				a.version = resp.Version
 			}
+			answers <- a
+		}()
+	}
+	defer func() { cancel(); wg.Wait() }() // the others give up at once
+	var last error
+	for range eps {
+		a := <-answers
+		if a.err != nil {
+			last = a.err
 			continue
 		}
-		if !versionAtLeast(resp.Version, MinVersion) {
-			return tooOld(strings.TrimPrefix(strings.TrimPrefix(ep, "http://"), "https://"), resp.Version)
+		if !versionAtLeast(a.version, MinVersion) {
+			return tooOld(strings.TrimPrefix(strings.TrimPrefix(a.ep, "http://"), "https://"), a.version)
 		}
 		return nil
-	}
-	if last == nil {
-		last = ctx.Err()
 	}
 	return last
 }

@@ -241,10 +241,24 @@ func (c *Conn) leaseRevoked(ctx context.Context) bool {
 // etcd's unit; the store may grant more), renewed from then on.
 func (c *Conn) grant(ctx context.Context, ttl time.Duration) error {
 	secs := int64((ttl + time.Second - 1) / time.Second)
-	sent := time.Now()
-	resp, err := c.cli.Grant(ctx, secs)
-	if err != nil {
-		return err
+	// A proposal made while the members elect a leader waits out etcd's
+	// request timeout (7 s by default) before the server gives up on it:
+	// ask again every second instead. A grant that lands late leaves a
+	// lease nothing is attached to, which expires on its own.
+	var resp *clientv3.LeaseGrantResponse
+	var sent time.Time
+	for {
+		actx, cancel := context.WithTimeout(ctx, time.Second)
+		sent = time.Now()
+		var err error
+		resp, err = c.cli.Grant(actx, secs)
+		cancel()
+		if err == nil {
+			break
+		}
+		if ctx.Err() != nil || actx.Err() == nil && !isUnavailable(err) {
+			return err
+		}
 	}
 	c.lease, c.ttl = resp.ID, time.Duration(resp.TTL)*time.Second
 	c.proven(sent, c.ttl)
