@@ -127,7 +127,9 @@ func TestEtcdRunForeignInterferenceStopsHolder(t *testing.T) {
 		t.Run(how, func(t *testing.T) {
 			c := testkit.StartEtcd(t, 1)
 			file := filepath.Join(t.TempDir(), "marks")
-			first := runCmd(t, c, "holder", nil, marks(file, "sleep 60"))
+			// The holder's job marks its end when it gets SIGTERM: its
+			// last act, which the next job must come after.
+			first := runCmd(t, c, "holder", nil, marks(file, `trap 'echo "end $(date +%s.%N) $COORDRUN_FENCING_TOKEN" >> `+file+`; exit 0' TERM; sleep 60 & wait`))
 			testkit.WaitFor(t, 15*time.Second, "the first job to start", func() bool { return len(readMarks(t, file)) == 1 })
 			second := runCmd(t, c, "next", nil, marks(file, "true"))
 			testkit.WaitFor(t, 15*time.Second, "the second run to queue", func() bool {
@@ -160,14 +162,14 @@ func TestEtcdRunForeignInterferenceStopsHolder(t *testing.T) {
 				t.Fatalf("next run exited %d", code)
 			}
 			ms := readMarks(t, file)
-			if len(ms) != 3 || ms[1].kind != "start" {
+			if len(ms) < 4 || ms[0].kind != "start" || ms[1].kind != "end" || ms[2].kind != "start" {
 				t.Fatalf("marks %+v", ms)
 			}
-			if !ms[1].at.After(first.Ended()) {
-				t.Fatalf("the next job started at %v, before the holder had stopped its job and exited at %v", ms[1].at, first.Ended())
+			if !ms[2].at.After(ms[1].at) {
+				t.Fatalf("the next job started at %v, before the holder's job ended at %v", ms[2].at, ms[1].at)
 			}
-			if ms[1].token <= ms[0].token {
-				t.Fatalf("token %d after %d", ms[1].token, ms[0].token)
+			if ms[2].token <= ms[0].token {
+				t.Fatalf("token %d after %d", ms[2].token, ms[0].token)
 			}
 		})
 	}
