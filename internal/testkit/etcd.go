@@ -40,9 +40,12 @@ func RequireEtcd(t testing.TB) string {
 type EtcdMember struct {
 	Name      string
 	ClientURL string // http://127.0.0.1:port
-	PeerURL   string
-	Dir       string // data dir
-	Proc      *Process
+	// AltClientURL is a second client address on 127.0.0.2, so that a
+	// test can cut one client off (internal/netfault) and not another.
+	AltClientURL string
+	PeerURL      string
+	Dir          string // data dir
+	Proc         *Process
 }
 
 // EtcdCluster is etcd members run as processes on loopback, each with its
@@ -81,6 +84,7 @@ func startEtcd(t testing.TB, n int, ca *CA) *EtcdCluster {
 	t.Helper()
 	bin := RequireEtcd(t)
 	addrs := FreeAddrs(t, "127.0.0.1", 2*n)
+	alt := FreeAddrs(t, "127.0.0.2", n)
 	dir := t.TempDir()
 	c := &EtcdCluster{t: t, bin: bin, token: fmt.Sprintf("coordrun-test-%d", time.Now().UnixNano()), CA: ca}
 	scheme := "http://"
@@ -94,10 +98,11 @@ func startEtcd(t testing.TB, n int, ca *CA) *EtcdCluster {
 	var initial []string
 	for i := 0; i < n; i++ {
 		m := &EtcdMember{
-			Name:      fmt.Sprintf("e%d", i+1),
-			ClientURL: scheme + addrs[i],
-			PeerURL:   "http://" + addrs[n+i],
-			Dir:       filepath.Join(dir, fmt.Sprintf("e%d", i+1)),
+			Name:         fmt.Sprintf("e%d", i+1),
+			ClientURL:    scheme + addrs[i],
+			AltClientURL: scheme + alt[i],
+			PeerURL:      "http://" + addrs[n+i],
+			Dir:          filepath.Join(dir, fmt.Sprintf("e%d", i+1)),
 		}
 		c.Members = append(c.Members, m)
 		initial = append(initial, m.Name+"="+m.PeerURL)
@@ -116,7 +121,7 @@ func (c *EtcdCluster) start(i int, state string) {
 	args := []string{
 		"--name", m.Name,
 		"--data-dir", m.Dir,
-		"--listen-client-urls", m.ClientURL,
+		"--listen-client-urls", m.ClientURL + "," + m.AltClientURL,
 		"--advertise-client-urls", m.ClientURL,
 		"--listen-peer-urls", m.PeerURL,
 		"--initial-advertise-peer-urls", m.PeerURL,

@@ -341,7 +341,7 @@ func (e *entry) observe(ctx context.Context, owner string, lease clientv3.LeaseI
 	if err != nil {
 		return false, err
 	}
-	if resp.TTL <= 0 {
+	if resp.TTL < 0 { // -1: gone; 0: under a second left, rounded down
 		return false, nil
 	}
 	e.obs = leaseObs{owner: owner, sent: sent, recv: time.Now(), left: time.Duration(resp.TTL) * time.Second}
@@ -491,7 +491,7 @@ func (e *entry) await(ctx context.Context, ch <-chan engine.Event, timeout <-cha
 // and ends the session if it does not.
 func (c *Conn) aliveOrLost(ctx context.Context) error {
 	resp, err := c.cli.TimeToLive(ctx, c.lease)
-	if err == nil && resp.TTL <= 0 {
+	if err == nil && resp.TTL < 0 {
 		c.end(fmt.Errorf("%w: etcd lease %s expired or was revoked", engine.ErrSessionLost, c.ID()))
 	}
 	select {

@@ -230,7 +230,7 @@ func (c *Conn) leaseRevoked(ctx context.Context) bool {
 	ctx, cancel := context.WithTimeout(ctx, c.ttl/4) // Close waits for the caller
 	defer cancel()
 	resp, err := c.cli.TimeToLive(ctx, c.lease)
-	if err != nil || resp.TTL > 0 || !time.Now().Before(c.Lease()) {
+	if err != nil || resp.TTL >= 0 || !time.Now().Before(c.Lease()) { // -1: gone
 		return false
 	}
 	c.revoked.Store(true)
