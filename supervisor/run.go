@@ -1,12 +1,15 @@
 // Package supervisor runs a command only while it holds a lock in a
-// ZooKeeper-compatible ensemble, and makes sure the command is dead before
+// coordination store (a ZooKeeper-compatible ensemble, through the engine
+// seam of supervisor/engine), and makes sure the command is dead before
 // the lock could pass to anyone else.
 //
 // The guarantee rests on the session lease: a reply to a request sent at
 // time t proves the session lives at least until t + timeout (see
-// ensemble/client). The job may run only until the newest proven lease,
+// engine.Session). The job may run only until the newest proven lease,
 // less a drift margin; a watchdog process (see RunWatchdog) enforces that
-// deadline even if the supervisor is killed or frozen.
+// deadline even if the supervisor is killed or frozen. What the supervisor
+// keeps in the store, and the rules of a cron firing's life, are in
+// supervisor/state.
 package supervisor
 
 import (
