@@ -46,6 +46,7 @@ func zkServers(servers []string) []string {
 func useEtcd(cmd *cobra.Command, v *viper.Viper, o *supervisor.ConnOptions, sub string) error {
 	servers := v.GetString("servers")
 	if !etcdengine.IsEtcd(servers) {
+		o.Servers = zkServers(o.Servers)
 		return nil
 	}
 	cfg, err := etcdConfig(v)

@@ -41,7 +41,7 @@ func splitServers(s string) []string {
 
 // serverFlags reads --servers and the client TLS flags.
 func serverFlags(v *viper.Viper) ([]string, *tls.Config, error) {
-	servers := zkServers(splitServers(v.GetString("servers")))
+	servers := splitServers(v.GetString("servers"))
 	if len(servers) == 0 {
 		return nil, nil, usageError{errors.New("--servers is empty")}
 	}
@@ -190,6 +190,7 @@ func connectCommand(cmd *cobra.Command) (*clientSession, error) {
 		return nil, err
 	}
 	ctx, cancel := context.WithTimeout(cmd.Context(), v.GetDuration("timeout"))
+	servers = zkServers(servers)
 	if etcdengine.IsEtcd(v.GetString("servers")) {
 		e, err := connectEtcd(ctx, cmd, v)
 		if err != nil {
