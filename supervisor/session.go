@@ -40,8 +40,14 @@ type session struct {
 // dial connects to the ensemble of o and checks the granted timing for
 // jobs stopped with grace. Close the session when done.
 func dial(ctx context.Context, o ConnOptions, grace time.Duration, log *slog.Logger) (*session, error) {
-	conn, err := zkengine.Dial(ctx, zkengine.DialOptions{Servers: o.Servers, SessionTimeout: o.SessionTimeout,
-		Auth: o.Auth, TLS: o.TLS, ACL: o.ACL, AskKind: o.ExtraMargin > 0, Log: log})
+	var conn engine.Conn
+	var err error
+	if o.Dial != nil {
+		conn, err = o.Dial(ctx, log)
+	} else {
+		conn, err = zkengine.Dial(ctx, zkengine.DialOptions{Servers: o.Servers, SessionTimeout: o.SessionTimeout,
+			Auth: o.Auth, TLS: o.TLS, ACL: o.ACL, AskKind: o.ExtraMargin > 0, Log: log})
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -20,6 +20,7 @@ func TestParseServers(t *testing.T) {
 		"[::1]":                     {"[::1]:2181"},
 		"[::1]:2190,127.0.0.1:2181": {"[::1]:2190", "127.0.0.1:2181"},
 		"etcd://10.0.0.1:2379":      {"etcd://10.0.0.1:2379"},
+		"zk://zk1:2182,zk://zk2/":   {"zk1:2182", "zk2:2181"},
 	} {
 		if got, err := parseServers(in); err != nil || !slices.Equal(got, want) {
 			t.Errorf("parseServers(%q) = %q, %v; want %q", in, got, err, want)

@@ -7,10 +7,9 @@ import (
 	"path"
 	"strings"
 
-	"github.com/coordrun/coordrun/ensemble/client"
-	"github.com/coordrun/coordrun/ensemble/client/recipe"
 	"github.com/coordrun/coordrun/ensemble/wire"
 	"github.com/coordrun/coordrun/supervisor"
+	"github.com/coordrun/coordrun/supervisor/engine"
 	"github.com/spf13/cobra"
 )
 
@@ -37,7 +36,7 @@ creates the folder again: fencing tokens keep rising across it.`,
 		RunE: withClient(func(cmd *cobra.Command, args []string, s *clientSession) error {
 			root := s.v.GetString("root")
 			for _, name := range args {
-				if err := removeLock(s.ctx, s.c, root, name); err != nil {
+				if err := removeLock(s.ctx, s.store(), root, name); err != nil {
 					return err
 				}
 				fmt.Fprintf(cmd.OutOrStdout(), "removed lock %s\n", name)
@@ -56,25 +55,26 @@ func errNoSuchLock(root, name string) error {
 }
 
 // checkLocksExist refuses names with no lock folder under root.
-func checkLocksExist(ctx context.Context, c *client.Client, root string, names []string) error {
+func checkLocksExist(ctx context.Context, st engine.Store, root string, names []string) error {
 	for _, name := range names {
-		if _, ok, err := c.Exists(ctx, path.Join(root, name)); err != nil {
-			return fmt.Errorf("lock %s: %w", name, err)
-		} else if !ok {
+		if _, _, err := st.Get(ctx, path.Join(root, name)); errors.Is(err, engine.ErrNotFound) {
 			return errNoSuchLock(root, name)
+		} else if err != nil {
+			return fmt.Errorf("lock %s: %w", name, err)
 		}
 	}
 	return nil
 }
 
 // removeLock deletes the folder of one lock if nobody is in it. The
-// delete is refused by the store itself if a contender joins between the
-// look and the delete (the folder is not empty then).
-func removeLock(ctx context.Context, c *client.Client, root, name string) error {
+// delete is conditional on the folder's version as read after the look, and
+// refused by a ZooKeeper store if a contender joined meanwhile (the folder
+// is not empty then).
+func removeLock(ctx context.Context, c engine.Conn, root, name string) error {
 	dir := path.Join(root, name)
-	q, err := recipe.List(ctx, c, dir)
+	q, err := c.List(ctx, dir)
 	switch {
-	case errors.Is(err, wire.ErrNoNode):
+	case errors.Is(err, engine.ErrNotFound):
 		return errNoSuchLock(root, name)
 	case err != nil:
 		return err
@@ -82,7 +82,11 @@ func removeLock(ctx context.Context, c *client.Client, root, name string) error 
 	if why := lockInUse(q); why != "" {
 		return exitError{code: supervisor.ExitNotAcquired, err: fmt.Errorf("lock %s is in use: %s; lock rm removes only a lock nobody holds or waits for", name, why)}
 	}
-	kids, st, err := c.Children(ctx, dir)
+	_, st, err := c.Get(ctx, dir)
+	if err != nil {
+		return fmt.Errorf("lock %s: %w", name, err)
+	}
+	kids, err := c.Children(ctx, dir)
 	if err != nil {
 		return fmt.Errorf("lock %s: %w", name, err)
 	}
@@ -90,9 +94,9 @@ func removeLock(ctx context.Context, c *client.Client, root, name string) error 
 		return exitError{code: supervisor.ExitNotAcquired, err: fmt.Errorf("lock %s is in use: its folder holds %s", name, strings.Join(kids, ", "))}
 	}
 	switch err := c.Delete(ctx, dir, st.Version); {
-	case errors.Is(err, wire.ErrNotEmpty), errors.Is(err, wire.ErrBadVersion):
+	case errors.Is(err, wire.ErrNotEmpty), errors.Is(err, engine.ErrVersion):
 		return exitError{code: supervisor.ExitNotAcquired, err: fmt.Errorf("lock %s was taken while being removed; left alone", name)}
-	case errors.Is(err, wire.ErrNoNode):
+	case errors.Is(err, engine.ErrNotFound):
 		return nil // removed meanwhile by another lock rm
 	case err != nil:
 		return fmt.Errorf("remove lock %s: %w", name, err)
@@ -101,7 +105,7 @@ func removeLock(ctx context.Context, c *client.Client, root, name string) error 
 }
 
 // lockInUse says who uses a lock, or "".
-func lockInUse(q recipe.Queue) string {
+func lockInUse(q engine.Queue) string {
 	var parts []string
 	if len(q.Contenders) > 0 {
 		h := q.Contenders[0].Info

@@ -91,6 +91,9 @@ func runRun(cmd *cobra.Command, args []string) error {
 		return err
 	}
 	defer signal.Stop(sc.job.Signals)
+	if err := useEtcd(cmd, v, &sc.conn, "locks"); err != nil {
+		return err
+	}
 	shell := v.GetBool("shell")
 	opts := supervisor.Options{
 		ConnOptions: sc.conn,

@@ -18,7 +18,8 @@ const defaultClientPort = "2181"
 // error retried for the connect timeout would end as "unreachable" (69,
 // try again later) when only the command line can fix it (64, at once).
 // An entry without a port gets 2181, as ZooKeeper's clients do. Entries
-// of another engine's scheme (etcd://) are left to that engine.
+// of another engine's scheme (etcd://) are left to that engine; zk:// is
+// taken off.
 func parseServers(s string) ([]string, error) {
 	entries := splitServers(s)
 	if len(entries) == 0 {
@@ -30,7 +31,8 @@ func parseServers(s string) ([]string, error) {
 			out = append(out, e)
 			continue
 		}
-		addr, err := serverAddr(e)
+		// zk:// says outright what no scheme means: the ZooKeeper protocol.
+		addr, err := serverAddr(strings.TrimSuffix(strings.TrimPrefix(e, "zk://"), "/"))
 		if err != nil {
 			return nil, fmt.Errorf("--servers entry %q: %w", e, err)
 		}

@@ -23,6 +23,8 @@ import (
 	"github.com/coordrun/coordrun/ensemble/client/recipe"
 	"github.com/coordrun/coordrun/ensemble/wire"
 	"github.com/coordrun/coordrun/supervisor"
+	"github.com/coordrun/coordrun/supervisor/engine"
+	"github.com/coordrun/coordrun/supervisor/engine/etcdengine"
 	"github.com/spf13/cobra"
 	"github.com/spf13/viper"
 )
@@ -68,6 +70,7 @@ func addSessionFlags(cmd *cobra.Command) {
 	f.BoolP("quiet", "q", false, "log only errors; a lock not acquired (--try, --timeout) is said by the exit code alone")
 	f.String("log-format", "text", "log format on stderr: text or json")
 	addClientTLSFlags(f)
+	addEtcdFlags(f)
 }
 
 // quietByDefault marks a command (run) that logs only warnings and errors
@@ -165,6 +168,7 @@ func addInspectFlags(cmd *cobra.Command, root, rootUsage string) {
 	f.Duration("timeout", 10*time.Second, "give up after this long")
 	f.StringSlice("auth", nil, "digest credentials user:password (repeatable), for nodes whose ACL wants them")
 	addClientTLSFlags(f)
+	addEtcdFlags(f)
 }
 
 // clientSession is a client command's configuration, its session and its
@@ -172,6 +176,7 @@ func addInspectFlags(cmd *cobra.Command, root, rootUsage string) {
 type clientSession struct {
 	v      *viper.Viper
 	c      *client.Client
+	e      engine.Conn // on etcd (--servers etcd://...), instead of c
 	ctx    context.Context
 	cancel context.CancelFunc
 }
@@ -193,6 +198,14 @@ func connectCommand(cmd *cobra.Command) (*clientSession, error) {
 		return nil, err
 	}
 	ctx, cancel := context.WithTimeout(cmd.Context(), v.GetDuration("timeout"))
+	if etcdengine.IsEtcd(v.GetString("servers")) {
+		e, err := connectEtcd(ctx, cmd, v)
+		if err != nil {
+			cancel()
+			return nil, err
+		}
+		return &clientSession{v: v, e: e, ctx: ctx, cancel: cancel}, nil
+	}
 	c, err := client.Connect(ctx, client.Config{Servers: servers, SessionTimeout: 10 * time.Second, TLS: tlsCfg, Auth: auth})
 	if err != nil {
 		cancel()
@@ -212,8 +225,20 @@ func connectError(cmd *cobra.Command, ctx context.Context, err error) error {
 }
 
 func (s *clientSession) close() {
-	s.c.Close()
+	if s.e != nil {
+		s.e.Close()
+	} else {
+		s.c.Close()
+	}
 	s.cancel()
+}
+
+// store is the session as the supervisor's engine sees it.
+func (s *clientSession) store() engine.Conn {
+	if s.e != nil {
+		return s.e
+	}
+	return storeOf(s.c)
 }
 
 // withClient is the RunE of a command that works on a short session:

@@ -18,11 +18,11 @@ func newStatusCommand() *cobra.Command {
 		Use:   "status [lock...]",
 		Short: "Show each lock's holder (host, pid, token, since) and its queue",
 		RunE: withClient(func(cmd *cobra.Command, args []string, s *clientSession) error {
-			v, c, ctx := s.v, s.c, s.ctx
-			if err := checkLocksExist(ctx, c, v.GetString("root"), args); err != nil {
+			v, ctx := s.v, s.ctx
+			if err := checkLocksExist(ctx, s.store(), v.GetString("root"), args); err != nil {
 				return err
 			}
-			locks, err := supervisor.Inspect(ctx, storeOf(c), v.GetString("root"), args)
+			locks, err := supervisor.Inspect(ctx, s.store(), v.GetString("root"), args)
 			if err != nil {
 				return err
 			}
