@@ -130,7 +130,7 @@ func Start(cfg Config) (*Member, error) {
 		stats:      m.stats,
 		tr:         &m.tr,
 		bounds:     &m.bounds,
-		limits:     zk.Limits{MaxData: cfg.MaxDataBytes},
+		limits:     zk.Limits{MaxData: cfg.MaxDataBytes, EnforceQuota: cfg.EnforceQuota},
 		quota:      &treeQuota{maxNodes: cfg.MaxTreeNodes, maxBytes: cfg.MaxTreeBytes, counts: m.counts, log: m.log},
 		maxFrame:   cfg.MaxDataBytes + 64<<10, // room for the path, ACLs and headers around the data
 		minTimeout: cfg.MinSessionTimeout,
