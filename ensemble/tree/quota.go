@@ -1,6 +1,7 @@
 package tree
 
 import (
+	"fmt"
 	"slices"
 	"strconv"
 	"strings"
@@ -320,4 +321,22 @@ func (t *Tree) rebuildQuotas() {
 			t.quotas[q] = struct{}{}
 		}
 	}
+}
+
+// checkQuotas verifies that the marked paths are those the limits nodes
+// stand for.
+func (t *Tree) checkQuotas() error {
+	n := 0
+	for p := range t.nodes {
+		if q, ok := quotaOf(p); ok {
+			n++
+			if _, ok := t.quotas[q]; !ok {
+				return fmt.Errorf("%s: quota of %s not marked", p, q)
+			}
+		}
+	}
+	if n != len(t.quotas) {
+		return fmt.Errorf("%d quotas marked, %d limits nodes", len(t.quotas), n)
+	}
+	return nil
 }
