@@ -191,9 +191,7 @@ func (m *Member) afterApply(txn *tree.Txn, res *tree.Result, zxid int64) {
 	if len(res.Quotas) > 0 && m.clients.bySession(txn.Session) != nil {
 		// The member that took the write says so, as ZooKeeper's
 		// leader does for the writes it prepares.
-		for _, q := range res.Quotas {
-			m.log.Warn(q.String(), "path", q.Path, "hard", q.Hard)
-		}
+		m.zkq.note(res.Quotas)
 	}
 	switch txn.Kind {
 	case tree.TxnCreateSession:

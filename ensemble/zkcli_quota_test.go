@@ -83,6 +83,9 @@ func TestZkCliQuota(t *testing.T) {
 	if n := strings.Count(got, "Quota has exceeded"); n != 2 {
 		t.Errorf("%d refusals printed, want 2 (a create and a set past the hard limits):\n%s", n, got)
 	}
+	if hard, _ := c.Member(0).zkq.counts(); hard != 2 {
+		t.Errorf("coordrun_zk_quota_refusals_total %v, want 2", hard)
+	}
 }
 
 // zkCliTranscript keeps what zkCli says about the commands, without its
