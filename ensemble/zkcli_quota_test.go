@@ -40,6 +40,9 @@ var zkCliQuotaScript = []string{
 	"listquota /app",
 	"delquota /app",
 	"listquota /app",
+	// ZooKeeper takes a quota on /zookeeper itself and counts its nodes.
+	"setquota -n 100 /zookeeper",
+	"listquota /zookeeper",
 	"quit",
 }
 

@@ -132,6 +132,8 @@ func quotaLimitPath(prefix string) string { return quotaPath + prefix + "/" + Qu
 // its path, a new stats node is filled with its path's counts, and the
 // stats of the quota path above the new node count it.
 func (t *Tree) quotaCreated(path string, n *node) {
+	// What the create wrote counts, even where the stats below replace it.
+	size := int64(len(n.data))
 	if q, ok := quotaOf(path); ok {
 		t.quotas[q] = struct{}{}
 		t.record(func() { delete(t.quotas, q) })
@@ -142,7 +144,7 @@ func (t *Tree) quotaCreated(path string, n *node) {
 		t.setQuotaStats(path, count, bytes)
 	}
 	if q, ok := t.quotaPrefix(path); ok {
-		t.addQuotaStats(q, int64(len(n.data)), 1)
+		t.addQuotaStats(q, size, 1)
 	}
 }
 

@@ -250,3 +250,20 @@ func TestQuotaTxnFlagRoundTrip(t *testing.T) {
 		}
 	}
 }
+
+// TestQuotaOnZookeeper: ZooKeeper takes a quota on /zookeeper and counts
+// its own quota nodes there, the new stats node twice (once when it is
+// filled in, once as a node created under the quota), with the bytes the
+// create wrote.
+func TestQuotaOnZookeeper(t *testing.T) {
+	h := newHarness(t)
+	h.setQuota(procPath, "count=100,bytes=-1")
+	// /zookeeper, quota, config, quota/zookeeper, its limits and stats,
+	// the stats again; bytes: the limits and twice the stats' created
+	// data "count=0,bytes=0" (counted before it was filled in, and again).
+	limits, stats := len("count=100,bytes=-1"), len("count=0,bytes=0")
+	want := QuotaStats{QuotaCount: 7, QuotaBytes: int64(limits + 2*stats)}
+	if got := h.quotaStats(procPath); got != string(want.Bytes()) {
+		t.Errorf("stats of /zookeeper: %q, want %q", got, want.Bytes())
+	}
+}
