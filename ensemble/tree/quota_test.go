@@ -2,6 +2,7 @@ package tree
 
 import (
 	"bytes"
+	"fmt"
 	"testing"
 )
 
@@ -265,5 +266,43 @@ func TestQuotaOnZookeeper(t *testing.T) {
 	want := QuotaStats{QuotaCount: 7, QuotaBytes: int64(limits + 2*stats)}
 	if got := h.quotaStats(procPath); got != string(want.Bytes()) {
 		t.Errorf("stats of /zookeeper: %q, want %q", got, want.Bytes())
+	}
+}
+
+// BenchmarkApplyUnderQuota is BenchmarkApplyCreateDelete's pair of writes
+// with /bench under a quota with hard limits, enforced: each write
+// rewrites the stats node and checks the limits.
+func BenchmarkApplyUnderQuota(b *testing.B) {
+	tr := New()
+	zxid := int64(1)
+	apply := func(op Op) {
+		zxid++
+		if r := tr.Apply(&Txn{Kind: TxnOps, Ops: []Op{op}}, zxid); r.Err != nil {
+			b.Fatal(r.Err)
+		}
+	}
+	apply(createOp("/bench", "", 0))
+	apply(createOp("/zookeeper/quota/bench", "", 0))
+	apply(createOp("/zookeeper/quota/bench/"+QuotaLimitNode, "count=-1,bytes=-1=;byteHardLimit=1000000;countHardLimit=100000", 0))
+	apply(createOp("/zookeeper/quota/bench/"+QuotaStatNode, "count=0,bytes=0", 0))
+	paths := make([]string, 1024)
+	for i := range paths {
+		paths[i] = fmt.Sprintf("/bench/n%d", i)
+	}
+	create := &Txn{Kind: TxnOps, EnforceQuota: true, Ops: []Op{createOp("", "some data", 0)}}
+	del := &Txn{Kind: TxnOps, EnforceQuota: true, Ops: []Op{deleteOp("", -1)}}
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		p := paths[i%len(paths)]
+		create.Ops[0].Path = p
+		del.Ops[0].Path = p
+		zxid++
+		if r := tr.Apply(create, zxid); r.Err != nil {
+			b.Fatal(r.Err)
+		}
+		zxid++
+		if r := tr.Apply(del, zxid); r.Err != nil {
+			b.Fatal(r.Err)
+		}
 	}
 }
