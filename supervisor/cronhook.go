@@ -16,6 +16,7 @@ import (
 // runs the job's hook for how it ended (state.HookFor). Only the host that
 // ended or recorded it gets here, so each event runs its hook once.
 func (h *cronHost) ended(j *CronJob, rec state.FiringRecord) {
+	h.logEnd(j, rec)
 	if h.o.Metrics != nil {
 		h.o.Metrics.observe(j.Name, rec)
 	}
@@ -32,6 +33,47 @@ func (h *cronHost) ended(j *CronJob, rec state.FiringRecord) {
 	if len(hook) > 0 {
 		h.hooks.Add(1)
 		go func() { defer h.hooks.Done(); h.runHook(j, hook, rec) }()
+	}
+}
+
+// logEnd is the one journal line of a firing's end (or of an attempt's,
+// when a failed run will run again): its result and how it got there.
+// Failures are warnings, so that journalctl -p warning lists them.
+func (h *cronHost) logEnd(j *CronJob, rec state.FiringRecord) {
+	if rec.State.InFlight() {
+		// Not ended here: another host changed the record meanwhile, and
+		// that host logs its end.
+		return
+	}
+	res := state.ResultOf(rec)
+	attrs := []any{"job", j.Name, "result", string(res), "scheduled", rec.Scheduled.Format(time.RFC3339), "attempt", rec.Attempts()}
+	if rec.ExitCode != nil {
+		attrs = append(attrs, "exit", *rec.ExitCode)
+	}
+	if rec.Signal != "" {
+		attrs = append(attrs, "signal", rec.Signal)
+	}
+	if !rec.Start.IsZero() && !rec.End.IsZero() {
+		attrs = append(attrs, "duration", rec.End.Sub(rec.Start).Round(time.Millisecond))
+	}
+	if rec.Token != 0 {
+		attrs = append(attrs, "token", rec.Token)
+	}
+	if rec.Reason != "" {
+		attrs = append(attrs, "reason", rec.Reason)
+	}
+	if rec.HostNode != h.hostNode {
+		// Ended here but run elsewhere (replaced, lost with its host).
+		attrs = append(attrs, "host", rec.Host, "pid", rec.PID)
+	}
+	if res == state.ResultFailed && rec.Attempts() <= j.RetryFailed {
+		attrs = append(attrs, "retry_after", j.RetryBackoff)
+	}
+	switch res {
+	case state.ResultDone, state.ResultSkipped, state.ResultPaused:
+		h.s.log.Info("firing ended", attrs...)
+	default:
+		h.s.log.Warn("firing ended", attrs...)
 	}
 }
 

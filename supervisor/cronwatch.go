@@ -216,12 +216,13 @@ func (h *cronHost) scanLosses(loop, ctx context.Context, j *CronJob, live []stri
 			// ErrVersion: another host recorded it first.
 			continue
 		}
-		h.s.log.Warn("firing lost with its host", "job", j.Name, "scheduled", rec.Scheduled.Format(time.RFC3339),
-			"host", rec.Host, "pid", rec.PID, "attempt", rec.Attempts(), "run_again", step.Run)
 		if !step.Run {
+			// Its end line says lost, with the host it was lost with.
 			h.ended(j, step.Rec)
 			continue
 		}
+		h.s.log.Warn("firing lost with its host; running it again here", "job", j.Name, "scheduled", rec.Scheduled.Format(time.RFC3339),
+			"host", rec.Host, "pid", rec.PID, "attempt", rec.Attempts())
 		if h.o.Metrics != nil {
 			h.o.Metrics.retried(j.Name)
 		}
