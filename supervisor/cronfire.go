@@ -84,7 +84,7 @@ func (h *cronHost) fire(ctx context.Context, j *CronJob, at time.Time, reason st
 // version of the record it made.
 func (h *cronHost) claim(ctx context.Context, j *CronJob, node string, at time.Time, reason string) (rec state.FiringRecord, v engine.Version, won bool) {
 	log := h.s.log
-	rec = state.Claim(j.Name, at, reason, h.claimant(j), h.stamp()).Rec
+	rec = state.Claim(j.Name, at, reason, h.claimant(j), h.now()).Rec
 	if h.isStopping() {
 		// Leave it to the hosts that stay.
 		return rec, 0, false
@@ -186,7 +186,7 @@ func (h *cronHost) replaceEarlier(ctx context.Context, j *CronJob, rec state.Fir
 		if json.Unmarshal(b, &old) != nil {
 			continue
 		}
-		step, ok := state.Replace(old, rec, h.stamp(), j.rules())
+		step, ok := state.Replace(old, rec, h.now(), j.rules())
 		if !ok {
 			continue
 		}
@@ -242,7 +242,7 @@ func (h *cronHost) runFiring(ctx context.Context, j *CronJob, node string, rec *
 	hctx, stopWatch := context.WithCancel(wctx)
 	defer stopWatch()
 	standing := e.WatchStanding(hctx)
-	*rec = state.Start(*rec, e.Token(), h.stamp()).Rec
+	*rec = state.Start(*rec, e.Token(), h.now()).Rec
 	if !h.record(wctx, node, rec, &v) {
 		// Another host has changed the record while this one waited
 		// for the lock (a later firing replaced it, or found this host
@@ -308,12 +308,12 @@ func (h *cronHost) runFiring(ctx context.Context, j *CronJob, node string, rec *
 	if x.Cause == state.SessionLost {
 		h.sessionLost.Store(true)
 	}
-	step := state.Finish(*rec, path.Base(node), x, h.stamp(), rules)
+	step := state.Finish(*rec, path.Base(node), x, h.now(), rules)
 	*rec = step.Rec
 	// The run's end is logged once, by ended, with its result.
 	if req := step.Retry; req != nil {
 		// Any host may take the retry: it is a request like a trigger.
-		if _, err := RequestCron(wctx, h.s.conn, h.o.Root, j.Name, *req, h.stamp()); err != nil {
+		if _, err := RequestCron(wctx, h.s.conn, h.o.Root, j.Name, *req, h.now()); err != nil {
 			log.Warn("cannot ask for a retry of the failed run", "scheduled", rec.Scheduled.Format(time.RFC3339), "err", err)
 		}
 	}
