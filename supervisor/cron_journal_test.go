@@ -49,7 +49,7 @@ func TestCronJournal(t *testing.T) {
 	}
 	cmd := exec.Command(e2eBin, "cron", "--servers", b.serverArg(), "--root", root, "--jobs", file,
 		"--session-timeout", cronSessionTimeout.String(), "--kill-grace", cronKillGrace.String(),
-		"--drift-margin", cronDriftMargin.String(), "-v", "--log-format", "json")
+		"--drift-margin", cronDriftMargin.String(), "-v", "--log-format", "json", "--textfile", r.dir)
 	cmd.Env = append(baseEnv(), r.mark)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	var stdout, stderr testkit.SyncBuffer
@@ -203,5 +203,13 @@ func TestCronJournal(t *testing.T) {
 	}
 	if !has(logs, func(m map[string]any) bool { return strings.Contains(fmt.Sprint(m["msg"]), "run time limit") }) {
 		t.Errorf("no max-runtime line")
+	}
+	// The bound on a line has its metric: two cuts per run of alpha.
+	prom, err := os.ReadFile(r.path("coordrun_cron_jobs.prom"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cut, ok := cronMetric(cronParseMetrics(t, prom), "coordrun_cron_output_lines_cut_total", "alpha", ""); !ok || cut < 2 {
+		t.Errorf("coordrun_cron_output_lines_cut_total{cron_job=alpha} = %v (%v), want 2 per whole run", cut, ok)
 	}
 }

@@ -296,6 +296,9 @@ func (h *cronHost) runFiring(ctx context.Context, j *CronJob, node string, rec *
 			if j.OutputBytes > 0 {
 				x.Output, x.OutputBytes = output, n
 			}
+			if h.o.Metrics != nil {
+				h.o.Metrics.cutLines(j.Name, out.cuts.Load())
+			}
 		}
 	}
 	x.Code, x.Cause = code, exitCause(code, err)

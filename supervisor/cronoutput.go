@@ -6,6 +6,7 @@ import (
 	"os"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -48,10 +49,13 @@ type prefixer struct {
 	prefix string
 	max    int
 	line   []byte // the unended line so far, at most max bytes
+	// cuts counts the lines cut at max: read by the metrics while a
+	// job's background child may still be writing.
+	cuts *atomic.Int64
 }
 
 func newPrefixer(w io.Writer, prefix string, max int) *prefixer {
-	return &prefixer{w: w, prefix: prefix, max: max}
+	return &prefixer{w: w, prefix: prefix, max: max, cuts: new(atomic.Int64)}
 }
 
 func (p *prefixer) Write(b []byte) (int, error) {
@@ -68,6 +72,7 @@ func (p *prefixer) Write(b []byte) (int, error) {
 			// the rest starts a line of its own.
 			p.line = append(p.line, chunk[:room]...)
 			b = b[room:]
+			p.cuts.Add(1)
 			if err := p.emit(); err != nil {
 				return n - len(b), err
 			}
@@ -141,6 +146,7 @@ func (t *tail) Total() int64 {
 // into a tail of n bytes.
 type capture struct {
 	t              *tail
+	cuts           *atomic.Int64 // lines cut, both streams
 	w, r           [2]*os.File // stdout's and stderr's pipe
 	copied         sync.WaitGroup
 	closeWriteOnce sync.Once
@@ -149,7 +155,7 @@ type capture struct {
 // newCapture makes the pipes and starts copying them; stdout and stderr
 // are where the lines go (this process's own, in coordrun cron).
 func newCapture(n int, prefix string, stdout, stderr io.Writer) (*capture, error) {
-	c := &capture{t: &tail{n: n}}
+	c := &capture{t: &tail{n: n}, cuts: new(atomic.Int64)}
 	for i, dst := range []io.Writer{stdout, stderr} {
 		r, w, err := os.Pipe()
 		if err != nil {
@@ -158,6 +164,7 @@ func newCapture(n int, prefix string, stdout, stderr io.Writer) (*capture, error
 		}
 		c.r[i], c.w[i] = r, w
 		lines := newPrefixer(dst, prefix, maxJournalLine)
+		lines.cuts = c.cuts
 		c.copied.Add(1)
 		go func() {
 			defer c.copied.Done()

@@ -36,15 +36,16 @@ func TestPrefixer(t *testing.T) {
 		max    int
 		writes []string
 		want   string
+		cuts   int64
 	}{
-		{"lines", 80, []string{"a\nb\n"}, "j: a\nj: b\n"},
-		{"split writes", 80, []string{"he", "llo\nwor", "ld\n"}, "j: hello\nj: world\n"},
-		{"empty line", 80, []string{"\n\nx\n"}, "j: \nj: \nj: x\n"},
-		{"unended last line", 80, []string{"a\npartial"}, "j: a\nj: partial\n"},
-		{"long line cut", 4, []string{"abcdefghij\n"}, "j: abcd\nj: efgh\nj: ij\n"},
-		{"long line across writes", 4, []string{"abc", "defg", "hi\n"}, "j: abcd\nj: efgh\nj: i\n"},
-		{"exactly the bound", 4, []string{"abcd\nx\n"}, "j: abcd\nj: x\n"},
-		{"exactly the bound, newline later", 4, []string{"abcd", "\nx\n"}, "j: abcd\nj: x\n"},
+		{"lines", 80, []string{"a\nb\n"}, "j: a\nj: b\n", 0},
+		{"split writes", 80, []string{"he", "llo\nwor", "ld\n"}, "j: hello\nj: world\n", 0},
+		{"empty line", 80, []string{"\n\nx\n"}, "j: \nj: \nj: x\n", 0},
+		{"unended last line", 80, []string{"a\npartial"}, "j: a\nj: partial\n", 0},
+		{"long line cut", 4, []string{"abcdefghij\n"}, "j: abcd\nj: efgh\nj: ij\n", 2},
+		{"long line across writes", 4, []string{"abc", "defg", "hi\n"}, "j: abcd\nj: efgh\nj: i\n", 2},
+		{"exactly the bound", 4, []string{"abcd\nx\n"}, "j: abcd\nj: x\n", 0},
+		{"exactly the bound, newline later", 4, []string{"abcd", "\nx\n"}, "j: abcd\nj: x\n", 0},
 	}
 	for _, c := range cases {
 		var out strings.Builder
@@ -59,6 +60,9 @@ func TestPrefixer(t *testing.T) {
 		}
 		if out.String() != c.want {
 			t.Errorf("%s: got %q, want %q", c.name, out.String(), c.want)
+		}
+		if got := p.cuts.Load(); got != c.cuts {
+			t.Errorf("%s: %d lines counted cut, want %d", c.name, got, c.cuts)
 		}
 	}
 	if got := outputPrefix("backup", 1); got != "backup: " {
