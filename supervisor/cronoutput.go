@@ -147,7 +147,7 @@ func (t *tail) Total() int64 {
 type capture struct {
 	t              *tail
 	cuts           *atomic.Int64 // lines cut, both streams
-	w, r           [2]*os.File // stdout's and stderr's pipe
+	w, r           [2]*os.File   // stdout's and stderr's pipe
 	copied         sync.WaitGroup
 	closeWriteOnce sync.Once
 }
