@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -39,6 +40,7 @@ func TestCronJournal(t *testing.T) {
     retry-failed: 1
     retry-backoff: 100ms
     command: 'echo "beta attempt $COORDRUN_ATTEMPT"; [ "$COORDRUN_ATTEMPT" = 2 ]'
+    on-success: 'echo hooked; echo hook-err >&2'
   - name: gamma
     schedule: "@every 2s"
     max-runtime: 300ms
@@ -122,7 +124,7 @@ func TestCronJournal(t *testing.T) {
 	// Output: each line prefixed, each stream its own, the last unended
 	// line flushed, the long line cut.
 	outLines := strings.Split(strings.TrimSuffix(stdout.String(), "\n"), "\n")
-	prefixes := []string{"alpha: ", "beta: ", "beta#2: ", "gamma: "}
+	prefixes := []string{"alpha: ", "beta: ", "beta#2: ", "gamma: ", "beta on-success: "}
 	xs := 0
 	for _, l := range outLines {
 		pre := ""
@@ -142,7 +144,7 @@ func TestCronJournal(t *testing.T) {
 			xs += len(body)
 		}
 	}
-	for _, want := range []string{"alpha: out-a", "alpha: partial-a", "beta: beta attempt 1", "beta#2: beta attempt 2", "gamma: long"} {
+	for _, want := range []string{"alpha: out-a", "alpha: partial-a", "beta: beta attempt 1", "beta#2: beta attempt 2", "gamma: long", "beta on-success: hooked"} {
 		if !strings.Contains("\n"+stdout.String(), "\n"+want+"\n") {
 			t.Errorf("stdout has no line %q", want)
 		}
@@ -154,12 +156,14 @@ func TestCronJournal(t *testing.T) {
 		t.Errorf("the job's stderr reached stdout")
 	}
 	for _, l := range errLines {
-		if !strings.HasPrefix(l, "alpha: ") {
-			t.Errorf("stderr line neither a log line nor alpha's output: %.80q", l)
+		if !strings.HasPrefix(l, "alpha: ") && !strings.HasPrefix(l, "beta on-success: ") {
+			t.Errorf("stderr line neither a log line nor a job's or hook's output: %.80q", l)
 		}
 	}
-	if !strings.Contains(strings.Join(errLines, "\n"), "alpha: err-a") {
-		t.Errorf("stderr has no line %q", "alpha: err-a")
+	for _, want := range []string{"alpha: err-a", "beta on-success: hook-err"} {
+		if !slices.Contains(errLines, want) {
+			t.Errorf("stderr has no line %q", want)
+		}
 	}
 
 	// Log lines: one per job at start, every firing's line names its job,

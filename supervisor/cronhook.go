@@ -24,15 +24,16 @@ func (h *cronHost) ended(j *CronJob, rec state.FiringRecord) {
 		h.o.OnFire(j.Name, rec)
 	}
 	var hook []string
+	var which string
 	switch state.HookFor(rec, j.rules()) {
 	case state.OnSuccess:
-		hook = j.OnSuccess
+		hook, which = j.OnSuccess, "on-success"
 	case state.OnFailure:
-		hook = j.OnFailure
+		hook, which = j.OnFailure, "on-failure"
 	}
 	if len(hook) > 0 {
 		h.hooks.Add(1)
-		go func() { defer h.hooks.Done(); h.runHook(j, hook, rec) }()
+		go func() { defer h.hooks.Done(); h.runHook(j, which, hook, rec) }()
 	}
 }
 
@@ -80,16 +81,24 @@ func (h *cronHost) logEnd(j *CronJob, rec state.FiringRecord) {
 // hookTimeout bounds a hook's run.
 const hookTimeout = time.Minute
 
-// runHook runs a hook with the record as JSON on its stdin and, in its
+// hookOutputWait bounds how long a hook's output is still copied once the
+// hook has exited: a background child of it may hold the pipes open.
+const hookOutputWait = time.Second
+
+// runHook runs a hook (which: on-success, on-failure) with the record as
+// JSON on its stdin, its output in the journal prefixed like the job's
+// ("backup on-failure: …"), and, in its
 // environment, COORDRUN_CRON_JOB, _RESULT, _SCHEDULED, _HOST, _ATTEMPT,
 // _TOKEN, _EXIT_CODE and _REASON.
-func (h *cronHost) runHook(j *CronJob, argv []string, rec state.FiringRecord) {
+func (h *cronHost) runHook(j *CronJob, which string, argv []string, rec state.FiringRecord) {
 	ctx, cancel := context.WithTimeout(context.Background(), hookTimeout)
 	defer cancel()
 	b, _ := json.Marshal(rec)
 	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
 	cmd.Stdin = bytes.NewReader(b)
-	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+	prefix := j.Name + " " + which + ": "
+	stdout, stderr := newPrefixer(os.Stdout, prefix, maxJournalLine), newPrefixer(os.Stderr, prefix, maxJournalLine)
+	cmd.Stdout, cmd.Stderr, cmd.WaitDelay = stdout, stderr, hookOutputWait
 	exit := ""
 	if rec.ExitCode != nil {
 		exit = strconv.Itoa(*rec.ExitCode)
@@ -103,7 +112,10 @@ func (h *cronHost) runHook(j *CronJob, argv []string, rec state.FiringRecord) {
 		"COORDRUN_CRON_TOKEN="+strconv.FormatInt(rec.Token, 10),
 		"COORDRUN_CRON_EXIT_CODE="+exit,
 		"COORDRUN_CRON_REASON="+rec.Reason)
-	if err := cmd.Run(); err != nil {
+	err := cmd.Run()
+	// Run is over: the copies into the prefixers are done, or given up.
+	_, _ = stdout.Flush(), stderr.Flush()
+	if err != nil {
 		h.s.log.Warn("hook failed", "job", j.Name, "hook", argv, "scheduled", rec.Scheduled.Format(time.RFC3339), "err", err)
 	}
 }
