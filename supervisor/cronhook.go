@@ -67,7 +67,8 @@ func (h *cronHost) logEnd(j *CronJob, rec state.FiringRecord) {
 		// Ended here but run elsewhere (replaced, lost with its host).
 		attrs = append(attrs, "host", rec.Host, "pid", rec.PID)
 	}
-	if res == state.ResultFailed && rec.Attempts() <= j.RetryFailed {
+	if res == state.ResultFailed && state.HookFor(rec, j.rules()) == state.NoHook {
+		// A failed attempt with retries left: not the firing's end yet.
 		attrs = append(attrs, "retry_after", j.RetryBackoff)
 	}
 	switch res {
