@@ -57,9 +57,12 @@ func errNoSuchLock(root, name string) error {
 // checkLocksExist refuses names with no lock folder under root.
 func checkLocksExist(ctx context.Context, st engine.Store, root string, names []string) error {
 	for _, name := range names {
-		if _, _, err := st.Get(ctx, path.Join(root, name)); errors.Is(err, engine.ErrNotFound) {
+		// A folder this session may not read is there: the listing says
+		// it is unreadable, and why.
+		switch _, _, err := st.Get(ctx, path.Join(root, name)); {
+		case errors.Is(err, engine.ErrNotFound):
 			return errNoSuchLock(root, name)
-		} else if err != nil {
+		case err != nil && !errors.Is(err, engine.ErrNoAuth):
 			return fmt.Errorf("lock %s: %w", name, err)
 		}
 	}
