@@ -206,7 +206,7 @@ func (h *cronHost) runFiring(ctx context.Context, j *CronJob, node string, rec *
 	// session may live.
 	wctx, endWrites := h.s.afterStop(ctx)
 	defer endWrites()
-	e, err := h.s.enter(wctx, h.paths(j).Lock(), j.Argv)
+	e, err := h.s.enter(wctx, h.paths(j).Lock(), j.Argv, j.Holders)
 	if err != nil {
 		*rec = state.Lose(*rec, err.Error(), rules).Rec
 		h.record(wctx, node, rec, &v)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/coordrun/coordrun/ensemble/client"
 	"github.com/coordrun/coordrun/ensemble/wire"
+	"github.com/coordrun/coordrun/supervisor/engine"
 )
 
 // ConnOptions say how a supervisor reaches the ensemble, what its lease is
@@ -72,6 +73,9 @@ type LockOptions struct {
 	LockDelay time.Duration // wait after a predecessor's session ended uncleanly
 	Timeout   time.Duration // longest wait for the lock; 0 waits forever
 	Try       bool          // do not wait at all
+	// Holders is how many contenders may hold the lock at once (a
+	// semaphore, engine.EnterSemaphore); 0 or 1: a lock.
+	Holders int
 }
 
 // Options configure one supervised run.
@@ -100,6 +104,9 @@ func (o *Options) Validate() error {
 	}
 	if o.LockDelay < 0 || o.Timeout < 0 {
 		return errNegative
+	}
+	if err := engine.CheckHolders(o.Holders); err != nil {
+		return err
 	}
 	if err := checkRecordCommand(o.RecordCommand); err != nil {
 		return err

@@ -79,7 +79,7 @@ func Run(ctx context.Context, o Options) (int, error) {
 	dir := path.Join(o.Root, o.Name)
 	log.Info("waiting for lock", "lock", o.Name, "node_dir", dir, "session", s.conn.ID())
 
-	e, err := s.enter(ctx, dir, o.Argv)
+	e, err := s.enter(ctx, dir, o.Argv, o.Holders)
 	if err != nil {
 		return ExitUsage, err
 	}

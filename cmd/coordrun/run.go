@@ -29,6 +29,9 @@ anything, not even read, unless --acl adds it (--acl world:anyone:r);
 without, they are open to every client, with a warning. They show the
 command's name only, unless --record-command full. The command's
 environment never holds COORDRUN_AUTH.
+With --holders N, at most N hosts run the command at once, each with its
+own fencing token; every contender of the lock must give the same N (one
+that differs is refused, exit 64).
 If another client deletes or changes the holder's nodes while the command
 runs, the command is stopped (TERM, then KILL after --kill-grace) and
 coordrun exits 78.
@@ -47,6 +50,7 @@ func addRunFlags(cmd *cobra.Command) {
 	f.Duration("lock-delay", 0, "after a holder's session ended without releasing, wait this long before starting")
 	f.Duration("timeout", 0, "wait at most this long for the lock (0: forever)")
 	f.Bool("try", false, "do not wait: exit 75 if the lock is held")
+	f.Int("holders", 1, "let at most this many hosts run the command at once (a semaphore); every contender of the lock must give the same")
 }
 
 func newRunCommand() *cobra.Command {
@@ -84,6 +88,7 @@ func runRun(cmd *cobra.Command, args []string) error {
 			LockDelay: v.GetDuration("lock-delay"),
 			Timeout:   v.GetDuration("timeout"),
 			Try:       v.GetBool("try"),
+			Holders:   v.GetInt("holders"),
 		},
 		Argv:   args,
 		Log:    sc.log,

@@ -44,8 +44,10 @@ import (
 // Agreement: every entry's record carries N (HolderInfo.Holders). The
 // head compares its N with every contender's in the gate and the slots,
 // and with the plain lock's queue in DIR, before it takes a slot; a plain
-// lock's holder compares with the gate and the slots before its job
-// starts (CheckLockHolders). A mismatch is ErrHolders.
+// lock's contender compares with the gate and the slots once its entry is
+// made (CheckLockHolders). Each side looks after making its own entry, so
+// that of two that start together one sees the other. A mismatch is
+// ErrHolders.
 const (
 	SemaphoreGate       = "gate"
 	SemaphoreHeld       = "held"
@@ -73,10 +75,11 @@ func (e *HoldersError) Error() string {
 
 func (e *HoldersError) Unwrap() error { return ErrHolders }
 
-// CheckHolders checks a holder count asked for: 1 to MaxHolders.
+// CheckHolders checks a holder count asked for: 1 to MaxHolders, or 0
+// for the default, 1.
 func CheckHolders(n int) error {
-	if n < 1 || n > MaxHolders {
-		return fmt.Errorf("--holders %d: want 1 to %d", n, MaxHolders)
+	if n < 0 || n > MaxHolders {
+		return fmt.Errorf("holders %d: want 1 (a lock, the default) to %d", n, MaxHolders)
 	}
 	return nil
 }
@@ -87,7 +90,14 @@ func CheckHolders(n int) error {
 func EnterSemaphore(ctx context.Context, c Conn, dir string, info state.HolderInfo) (Entry, error) {
 	n := info.HolderCount()
 	if n == 1 {
-		return c.Enter(ctx, dir, info)
+		e, err := c.Enter(ctx, dir, info)
+		if err != nil {
+			return e, err
+		}
+		if err := CheckLockHolders(ctx, c, dir); errors.Is(err, ErrHolders) {
+			return nil, errors.Join(err, e.Release(ctx))
+		}
+		return e, nil
 	}
 	if err := CheckHolders(n); err != nil {
 		return nil, err
@@ -340,9 +350,10 @@ func disagreement(ctx context.Context, c Locks, d string, mine int) error {
 	return nil
 }
 
-// CheckLockHolders is the plain lock's side of the agreement: its holder
-// of the lock in dir checks that no semaphore of the same name has
-// contenders.
+// CheckLockHolders is the plain lock's side of the agreement: a contender
+// of the lock in dir, its entry made, checks that no semaphore of the same
+// name has contenders. Only a disagreement found is ErrHolders; a check
+// that could not be made is no reason to refuse.
 func CheckLockHolders(ctx context.Context, c Conn, dir string) error {
 	kids, err := c.Children(ctx, dir)
 	if err != nil {

@@ -261,17 +261,22 @@ func TestSemaphoreHoldersMismatch(t *testing.T) {
 	}
 	must(t, e.Release(r.ctx))
 
-	// The plain lock of the same name (N=1) is refused once it holds.
-	p, err := engine.EnterSemaphore(r.ctx, c, r.dir, state.HolderInfo{Host: "p"})
+	// The plain lock of the same name (N=1) is refused as it enters, and
+	// leaves no entry.
+	_, err = engine.EnterSemaphore(r.ctx, c, r.dir, state.HolderInfo{Host: "p"})
+	if !errors.As(err, &he) || he.Mine != 1 || he.Theirs != 3 {
+		t.Errorf("plain lock beside N=3: %v, want a HoldersError 1 vs 3", err)
+	}
+	if q, err := c.List(r.ctx, r.dir); err != nil || len(q.Contenders) != 0 {
+		t.Errorf("the refused plain contender left %v (%v)", q.Contenders, err)
+	}
+	// And a semaphore contender finds a plain lock's entry (one made
+	// before the semaphore's).
+	p, err := c.Enter(r.ctx, r.dir, state.HolderInfo{Host: "p"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	must(t, p.Acquire(r.ctx, nil))
-	err = engine.CheckLockHolders(r.ctx, c, r.dir)
-	if !errors.As(err, &he) || he.Mine != 1 || he.Theirs != 3 {
-		t.Errorf("plain lock beside N=3: %v, want a HoldersError 1 vs 3", err)
-	}
-	// And a semaphore contender finds the plain lock's entry.
 	e, err = engine.EnterSemaphore(r.ctx, c, r.dir, state.HolderInfo{Host: "b", Holders: 3})
 	if err != nil {
 		t.Fatal(err)
