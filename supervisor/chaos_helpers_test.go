@@ -238,6 +238,7 @@ type chaosReport struct {
 	refused    int
 	lateWrites int
 	highWater  int64
+	maxAlive   int // most jobs alive at once (checkChaosSemaphore)
 	violations []string
 }
 

@@ -155,6 +155,7 @@ func checkChaosSemaphore(dir string, n int) chaosReport {
 			continue
 		}
 		alive[e.r] = true
+		rep.maxAlive = max(rep.maxAlive, len(alive))
 		if len(alive) > n {
 			var who []string
 			for r := range alive {

@@ -143,6 +143,12 @@ func (w *chaosWorld) verdict(lock string, began time.Time, extra []string) {
 	rep := checkChaos(w.dir, w.frozen, g, lock)
 	if w.holders > 1 {
 		rep = checkChaosSemaphore(w.dir, w.holders)
+		w.t.Logf("at most %d jobs alive at once (the semaphore's N: %d)", rep.maxAlive, w.holders)
+		if rep.maxAlive < w.holders {
+			// Not a violation of the invariant, but then the run did not
+			// test the semaphore.
+			extra = append(extra, fmt.Sprintf("never more than %d of %d slots held at once", rep.maxAlive, w.holders))
+		}
 	}
 	rep.violations = append(w.problems, rep.violations...)
 	rep.violations = append(rep.violations, w.exitProblems()...)
