@@ -41,13 +41,14 @@ import (
 // once it finds every slot busy, reports Position 0 with HolderNode
 // SemaphoreHeld (it is next, waiting for any slot).
 //
-// Agreement: every entry's record carries N (HolderInfo.Holders). The
-// head compares its N with every contender's in the gate and the slots,
-// and with the plain lock's queue in DIR, before it takes a slot; a plain
-// lock's contender compares with the gate and the slots once its entry is
-// made (CheckLockHolders). Each side looks after making its own entry, so
-// that of two that start together one sees the other. A mismatch is
-// ErrHolders.
+// Agreement: every entry's record carries N (HolderInfo.Holders). A
+// contender, once its gate entry is made, compares its N with every
+// contender's in the gate and the slots, and with the plain lock's queue
+// in DIR; a plain lock's contender compares with the gate and the slots
+// once its entry is made (CheckLockHolders). Each looks after making its
+// own entry, and a contender is in the gate or a slot from its entry to
+// its release, so that of two that disagree the later sees the earlier.
+// A mismatch is ErrHolders, from Enter.
 const (
 	SemaphoreGate       = "gate"
 	SemaphoreHeld       = "held"
@@ -106,7 +107,11 @@ func EnterSemaphore(ctx context.Context, c Conn, dir string, info state.HolderIn
 	if err != nil {
 		return nil, err
 	}
-	return &semEntry{c: c, dir: dir, info: info, n: n, gate: gate}, nil
+	s := &semEntry{c: c, dir: dir, info: info, n: n, gate: gate}
+	if err := s.agree(ctx); err != nil {
+		return nil, errors.Join(err, gate.Release(ctx))
+	}
+	return s, nil
 }
 
 // semEntry is a contender of a semaphore: its gate entry while it waits,
@@ -120,7 +125,6 @@ type semEntry struct {
 	gate   Entry // nil once left
 	slot   Entry // set once held
 	marker string
-	agreed bool
 }
 
 func (s *semEntry) Dir() string { return s.dir }
@@ -160,12 +164,6 @@ func (s *semEntry) acquire(ctx context.Context, try bool, onStatus func(Status))
 	}
 	if err := gateAcquire(ctx, onStatus); err != nil {
 		return err
-	}
-	if !s.agreed {
-		if err := s.agree(ctx); err != nil {
-			return err
-		}
-		s.agreed = true
 	}
 	reported := false
 	for {
@@ -414,4 +412,61 @@ func sameNames(a, b []string) bool {
 	slices.Sort(a)
 	slices.Sort(b)
 	return slices.Equal(a, b)
+}
+
+// SemaphoreQueue is a semaphore as a reader sees it.
+type SemaphoreQueue struct {
+	// Holders is N as its contenders' records say it (0: none seen).
+	Holders int
+	// Holding is each busy slot's holder, in slot order.
+	Holding []state.Contender
+	// Stopping are holders whose entries someone else deleted and that
+	// still stop their jobs, each keeping its slot.
+	Stopping []state.RunInfo
+	// Waiting is the gate's queue, in order: the first is next.
+	Waiting []state.Contender
+}
+
+// ListSemaphore reads the semaphore in dir; ok is false when dir holds
+// none (a plain lock, or nothing). The reads are not one snapshot.
+func ListSemaphore(ctx context.Context, c Conn, dir string) (q SemaphoreQueue, ok bool, err error) {
+	kids, err := c.Children(ctx, dir)
+	if err != nil || !slices.Contains(kids, SemaphoreGate) {
+		return q, false, err
+	}
+	note := func(x state.Contender) { q.Holders = max(q.Holders, x.Info.HolderCount()) }
+	gate, err := c.List(ctx, path.Join(dir, SemaphoreGate))
+	if err != nil && !errors.Is(err, ErrNotFound) {
+		return q, false, err
+	}
+	for _, x := range gate.Contenders {
+		note(x)
+		q.Waiting = append(q.Waiting, x)
+	}
+	var slots []int
+	for _, k := range kids {
+		if n, err := strconv.Atoi(strings.TrimPrefix(k, SemaphoreSlotPrefix)); err == nil && strings.HasPrefix(k, SemaphoreSlotPrefix) {
+			slots = append(slots, n)
+		}
+	}
+	slices.Sort(slots)
+	for _, k := range slots {
+		sq, err := c.List(ctx, path.Join(dir, SemaphoreSlotPrefix+strconv.Itoa(k)))
+		if errors.Is(err, ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return q, false, err
+		}
+		for _, x := range sq.Contenders {
+			if x.Holding {
+				note(x)
+				q.Holding = append(q.Holding, x)
+			}
+		}
+		if sq.Stopping != nil {
+			q.Stopping = append(q.Stopping, *sq.Stopping)
+		}
+	}
+	return q, true, nil
 }
