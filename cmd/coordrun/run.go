@@ -101,6 +101,9 @@ func runRun(cmd *cobra.Command, args []string) error {
 	if opts.Name == "" {
 		opts.Name = supervisor.DefaultName(args, shell)
 	}
+	if opts.Holders < 1 {
+		return usageError{fmt.Errorf("--holders %d: want 1 (a lock, the default) or more", opts.Holders)}
+	}
 	// Checked before the name is echoed: a bad one is said once, cut short.
 	if err := opts.Validate(); err != nil {
 		return usageError{err}
