@@ -35,6 +35,16 @@ func checkPeersAgainstStore(conf raft.Configuration, given []Peer, log *slog.Log
 	}
 	slices.Sort(ids)
 	slices.Sort(givenIDs)
+	if len(ids) == 1 && len(givenIDs) > 1 && slices.Contains(givenIDs, ids[0]) {
+		// The usual cause: a first start without --peers, which
+		// bootstrapped an ensemble of this member alone. It would stay
+		// alone, apart from the others, whatever --peers says now.
+		return configError("Peers", "this data dir holds an ensemble of member %s alone (was it first started without --peers?), "+
+			"but --peers lists %s; an initialised member follows its data dir, so it would stay on its own. To make it one "+
+			"of the others: stop it, empty its data dir, start it with --join, and run coordrun ensemble add %s PEER-ADDR "+
+			"on a member of theirs; or keep its data and grow it with coordrun ensemble add (remove with coordrun ensemble remove)",
+			ids[0], strings.Join(givenIDs, ","), ids[0])
+	}
 	if len(ids) > 0 && !slices.Equal(ids, givenIDs) {
 		log.Info("the ensemble's members changed since --peers was written; an initialised member follows its data dir",
 			"peers_flag", strings.Join(givenIDs, ","), "members", strings.Join(ids, ","))

@@ -44,6 +44,9 @@ func (m *Member) startRaft() error {
 	m.mux = newPeerMux(&m.tr, pt.listener(ln, m.log, m.gate), m.servePeer, m.log)
 	m.mux.tls, m.mux.gate, m.pool.tls, m.pool.tr = pt, m.gate, pt, &m.tr
 	m.logPeerAuth()
+	if err := m.refuseDuplicateID(pt, ln.Addr()); err != nil {
+		return err
+	}
 	explicitPeers := len(cfg.Peers) > 0
 	if len(cfg.Peers) == 0 {
 		// A single member: it advertises where it actually listens.

@@ -52,7 +52,8 @@ for h in A B C; do
 done
 holder=""
 for _ in $(seq 100); do
-  holder=$("$BIN" status --servers "$SERVERS" --json nightly | sed -n 's/.*"pid": \([0-9]*\).*/\1/p' | head -1)
+  # exit 66 (no such lock) until the first supervisor has made it
+  holder=$("$BIN" status --servers "$SERVERS" --json nightly 2>/dev/null | sed -n 's/.*"pid": \([0-9]*\).*/\1/p' | head -1 || true)
   [ -n "$holder" ] && break
   sleep 0.1
 done

@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coordrun/coordrun/ensemble/wire"
 	"github.com/coordrun/coordrun/internal/testkit"
 )
 
@@ -604,6 +605,45 @@ func TestE2EFencedStore(t *testing.T) {
 		}
 		if strings.Contains(string(data), "second half") {
 			t.Errorf("A's late write reached data.log")
+		}
+	})
+}
+
+// A supervisor told to stop while its entry's create is unanswered and no
+// member can be reached any more: it exits on the signal (143) instead of
+// waiting for a store that may never answer.
+func TestE2ETermWhileJoining(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b *backend) {
+		r := newRig(t, b)
+		var proxies []*testkit.Proxy
+		var via []string
+		var held []<-chan struct{}
+		for _, s := range b.servers {
+			p := testkit.StartProxy(t, s)
+			h, release := p.HoldReplyTo(wire.OpCreate2)
+			t.Cleanup(release)
+			proxies = append(proxies, p)
+			via = append(via, p.Addr())
+			held = append(held, h)
+		}
+		a := r.superviseVia(strings.Join(via, ","), "A", nil, nil, r.job("A", "-hold", "100ms")...)
+		anyHeld := make(chan time.Time, len(held))
+		for _, h := range held {
+			go func() {
+				select {
+				case <-h:
+					anyHeld <- time.Now()
+				case <-time.After(30 * time.Second):
+				}
+			}()
+		}
+		testkit.Recv(t, anyHeld, 20*time.Second, "the entry's create held")
+		for _, p := range proxies {
+			p.Refuse(true)
+		}
+		a.Signal(syscall.SIGTERM)
+		if code := a.Exit(t, 4*sessionTimeout); code != 143 {
+			t.Errorf("supervisor exited %d after TERM while joining, want 143", code)
 		}
 	})
 }

@@ -9,6 +9,9 @@ const (
 	ExitOK      = 0
 	ExitFailure = 1  // any other error
 	ExitUsage   = 64 // EX_USAGE: bad invocation, configuration or jobs file, or no permission on the lock's folder or on the records read
+	// ExitNotFound (EX_NOINPUT): the lock or cron job named does not
+	// exist, so that a typo'd name does not read as a free lock.
+	ExitNotFound = 66
 	// ExitUnavailable (EX_UNAVAILABLE): no ensemble member answered
 	// within the connect timeout. Unlike ExitUsage, trying again later
 	// can help: units restart on it and not on 64.

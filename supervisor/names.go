@@ -1,7 +1,10 @@
 package supervisor
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
+	"path"
 	"strings"
 
 	"github.com/coordrun/coordrun/ensemble/tree"
@@ -83,3 +86,45 @@ func badRune(s string) (int, rune) {
 	}
 	return -1, 0
 }
+
+// implicitName is the lock (or cron job) name of a command line given no
+// --name: the command's base name, for people reading status, then '-'
+// and the first 8 hex digits of the SHA-256 of the whole command line,
+// so that unrelated commands never share a lock (python3 a.py and
+// python3 b.py) while every host that runs the same command line, word
+// for word, takes the same one. The argv words are hashed NUL-separated
+// as given, not resolved: ./job.sh and /opt/job.sh are different locks.
+// With --shell the script is one word, hashed after "sh -c", and the base
+// name is its first word's. Characters other than letters, digits, '.',
+// '_' and '-' in the base name become '_'.
+func implicitName(argv []string, shell bool) string {
+	words := argv
+	cmd := argv[0]
+	if shell {
+		script := strings.Join(argv, " ")
+		words = []string{"/bin/sh", "-c", script}
+		if f := strings.Fields(script); len(f) > 0 {
+			cmd = f[0]
+		}
+	}
+	b := []byte(path.Base(cmd))
+	for i, ch := range b {
+		ok := ch == '.' || ch == '_' || ch == '-' || (ch >= '0' && ch <= '9') || (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z')
+		if !ok {
+			b[i] = '_'
+		}
+	}
+	base := strings.Trim(string(b), ".")
+	if len(base) > implicitBaseBytes {
+		base = base[:implicitBaseBytes]
+	}
+	if base == "" {
+		base = "job"
+	}
+	sum := sha256.Sum256([]byte(strings.Join(words, "\x00")))
+	return base + "-" + hex.EncodeToString(sum[:4])
+}
+
+// implicitBaseBytes keeps an implicit name readable in a status table and
+// well under MaxNameBytes, whatever the command's file name.
+const implicitBaseBytes = 64

@@ -1,6 +1,7 @@
 package supervisor
 
 import (
+	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -32,6 +33,10 @@ type ConnOptions struct {
 	// credentials ACL is the whole ACL; nil then means the open ACL, with
 	// a warning. See recordACL.
 	ACL []wire.ACL
+	// Dial, if set, opens the session on another engine than the
+	// ZooKeeper protocol (etcd), which Servers, Auth and ACL then do not
+	// configure.
+	Dial func(ctx context.Context, log *slog.Logger) (engine.Conn, error)
 	// RecordCommand says how much of a job's command line its records
 	// (lock nodes, cron job definitions) show to whoever may read them:
 	// RecordName (the default, also for "") or RecordFull.

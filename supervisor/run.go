@@ -19,7 +19,6 @@ import (
 	"log/slog"
 	"path"
 	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -28,27 +27,10 @@ import (
 	"github.com/coordrun/coordrun/supervisor/engine"
 )
 
-// DefaultName derives a lock name from a command: its base name, with
-// characters other than letters, digits, '.', '_' and '-' replaced.
+// DefaultName derives a lock name from a command line (names.go's
+// implicitName says the rule).
 func DefaultName(argv []string, shell bool) string {
-	cmd := argv[0]
-	if shell {
-		if f := strings.Fields(cmd); len(f) > 0 {
-			cmd = f[0]
-		}
-	}
-	b := []byte(path.Base(cmd))
-	for i, ch := range b {
-		ok := ch == '.' || ch == '_' || ch == '-' || (ch >= '0' && ch <= '9') || (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z')
-		if !ok {
-			b[i] = '_'
-		}
-	}
-	name := strings.Trim(string(b), ".")
-	if name == "" {
-		name = "job"
-	}
-	return name
+	return implicitName(argv, shell)
 }
 
 // Run supervises one run of the job and returns coordrun's exit code.
@@ -71,7 +53,18 @@ func Run(ctx context.Context, o Options) (int, error) {
 	var next standby
 	next.arm(spec)
 	defer next.drop()
-	s, err := dial(ctx, o.ConnOptions, o.KillGrace, log)
+	// Until the wait begins (which watches for them itself), a
+	// terminating signal ends whatever call to the store is under way.
+	ectx, stopWatch := sigs.untilStop(ctx)
+	defer stopWatch()
+	s, err := dial(ectx, o.ConnOptions, o.KillGrace, log)
+	if sig, ok := sigs.stopSignal(); ok {
+		log.Info("signal while connecting; giving up", "signal", sig.String())
+		if err == nil {
+			s.close()
+		}
+		return 128 + int(sig), nil
+	}
 	if err != nil {
 		return dialCode(err), err
 	}
@@ -79,7 +72,16 @@ func Run(ctx context.Context, o Options) (int, error) {
 	dir := path.Join(o.Root, o.Name)
 	log.Info("waiting for lock", "lock", o.Name, "node_dir", dir, "session", s.conn.ID())
 
-	e, err := s.enter(ctx, dir, o.Argv, o.Holders)
+	e, err := s.enter(ectx, dir, o.Argv, o.Holders)
+	stopWatch()
+	if sig, ok := sigs.stopSignal(); ok {
+		// The entry, if one was made, goes with the session's close.
+		log.Info("signal while joining the queue; giving up", "signal", sig.String())
+		if err == nil {
+			_ = s.release(context.Background(), e)
+		}
+		return 128 + int(sig), nil
+	}
 	if err != nil {
 		return ExitUsage, err
 	}
@@ -156,9 +158,8 @@ func waitForLock(ctx context.Context, o Options, e engine.Entry, sigs *signalPum
 		wctx, tcancel = context.WithTimeout(wctx, o.Timeout)
 		defer tcancel()
 	}
-	stopWatched := make(chan struct{})
-	go func() { defer close(stopWatched); sigs.cancelOnStop(wctx, cancel) }()
-	defer func() { cancel(); <-stopWatched }()
+	wctx, stopWatch := sigs.untilStop(wctx)
+	defer stopWatch()
 	sl := newStatusLine(o.Status, o.TTY, o.Name, o.Log)
 	status := func(st engine.Status) {
 		sl.update(st)

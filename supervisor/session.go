@@ -40,8 +40,14 @@ type session struct {
 // dial connects to the ensemble of o and checks the granted timing for
 // jobs stopped with grace. Close the session when done.
 func dial(ctx context.Context, o ConnOptions, grace time.Duration, log *slog.Logger) (*session, error) {
-	conn, err := zkengine.Dial(ctx, zkengine.DialOptions{Servers: o.Servers, SessionTimeout: o.SessionTimeout,
-		Auth: o.Auth, TLS: o.TLS, ACL: o.ACL, AskKind: o.ExtraMargin > 0, Log: log})
+	var conn engine.Conn
+	var err error
+	if o.Dial != nil {
+		conn, err = o.Dial(ctx, log)
+	} else {
+		conn, err = zkengine.Dial(ctx, zkengine.DialOptions{Servers: o.Servers, SessionTimeout: o.SessionTimeout,
+			Auth: o.Auth, TLS: o.TLS, ACL: o.ACL, AskKind: o.ExtraMargin > 0, Log: log})
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -71,6 +77,13 @@ func leaseMargin(o ConnOptions, grace time.Duration, conn engine.Session, log *s
 		log.Debug("ensemble is Apache ZooKeeper; widening the lease margin", "margin", margin)
 	}
 	timeout := conn.Timeout()
+	if o.SessionTimeout > 0 && timeout != o.SessionTimeout {
+		limit := "most"
+		if timeout > o.SessionTimeout {
+			limit = "least"
+		}
+		log.Warn(fmt.Sprintf("the members granted a session timeout of %v, not the %v asked for: they grant at %s %v (coordrun server --min-session-timeout and --max-session-timeout; ZooKeeper minSessionTimeout, maxSessionTimeout); the lease follows theirs", timeout, o.SessionTimeout, limit, timeout), "asked", o.SessionTimeout, "granted", timeout)
+	}
 	if budget := timeout / 2; grace+margin+killSlack > budget {
 		return 0, fmt.Errorf("session timeout %v (as granted by the ensemble) is too short for --kill-grace %v and a lease margin of %v: they must stay under %v; raise --session-timeout or lower --kill-grace", timeout, grace, margin, budget)
 	}

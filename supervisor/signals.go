@@ -105,3 +105,15 @@ func (p *signalPump) cancelOnStop(ctx context.Context, cancel context.CancelFunc
 		}
 	}
 }
+
+// untilStop returns a context that ends when a terminating signal is
+// queued (the signal stays queued), and the func that ends the watch and
+// waits for it. Every phase before the job runs is under it: a call to the
+// store that never returns (every member gone while the client reconnects
+// without end) must not make coordrun deaf to TERM.
+func (p *signalPump) untilStop(ctx context.Context) (context.Context, func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	watched := make(chan struct{})
+	go func() { defer close(watched); p.cancelOnStop(ctx, cancel) }()
+	return ctx, func() { cancel(); <-watched }
+}

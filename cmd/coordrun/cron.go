@@ -168,6 +168,10 @@ func runCron(cmd *cobra.Command, args []string) error {
 	if err != nil {
 		return err
 	}
+	if err := useEtcd(cmd, v, &sc.conn, "cron"); err != nil {
+		signal.Stop(sc.job.Signals)
+		return err
+	}
 	var reload func() ([]*supervisor.CronJob, error)
 	if file := v.GetString("jobs"); file != "" {
 		// SIGHUP (systemctl reload) reads the file again.

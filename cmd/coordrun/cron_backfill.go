@@ -34,7 +34,7 @@ func newCronBackfillCommand() *cobra.Command {
 				return usageError{errors.New("--to is in the future: backfill runs firings whose time has passed")}
 			}
 			root, job := s.v.GetString("root"), args[0]
-			times, err := supervisor.MissedFirings(s.ctx, storeOf(s.c), root, job, from, to, backfillLimit)
+			times, err := supervisor.MissedFirings(s.ctx, s.store(), root, job, from, to, backfillLimit)
 			if err != nil {
 				return err
 			}
@@ -42,7 +42,7 @@ func newCronBackfillCommand() *cobra.Command {
 				fmt.Fprintf(cmd.OutOrStdout(), "%s: every scheduled time from %s to %s has a record; nothing to run\n", job, from.Format(time.RFC3339), to.Format(time.RFC3339))
 				return nil
 			}
-			if _, err := supervisor.RequestCron(s.ctx, storeOf(s.c), root, job, state.CronRequest{Kind: state.RequestBackfill, Times: times, By: requester()}, time.Now()); err != nil {
+			if _, err := supervisor.RequestCron(s.ctx, s.store(), root, job, state.CronRequest{Kind: state.RequestBackfill, Times: times, By: requester()}, time.Now()); err != nil {
 				return err
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "%s: %d missed firings from %s to %s requested, oldest first\n", job, len(times),

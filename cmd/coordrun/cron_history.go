@@ -29,8 +29,8 @@ func newCronHistoryCommand() *cobra.Command {
 		Short: "Show a job's firings: scheduled time, host, token, start, duration, exit code",
 		Args:  cobra.ExactArgs(1),
 		RunE: withClient(func(cmd *cobra.Command, args []string, s *clientSession) error {
-			v, c, ctx := s.v, s.c, s.ctx
-			recs, err := supervisor.CronHistory(ctx, storeOf(c), v.GetString("root"), args[0])
+			v, ctx := s.v, s.ctx
+			recs, err := supervisor.CronHistory(ctx, s.store(), v.GetString("root"), args[0])
 			if err != nil {
 				return err
 			}

@@ -25,7 +25,7 @@ func newCronListCommand() *cobra.Command {
 		Short: "List cron jobs: schedule, last run, next firing, hosts taking part",
 		Args:  cobra.NoArgs,
 		RunE: withClient(func(cmd *cobra.Command, _ []string, s *clientSession) error {
-			v, c, ctx := s.v, storeOf(s.c), s.ctx
+			v, c, ctx := s.v, s.store(), s.ctx
 			jobs, hosts, err := supervisor.CronJobs(ctx, c, v.GetString("root"))
 			if err != nil {
 				return err

@@ -22,9 +22,9 @@ func newCronPauseCommand(pause bool) *cobra.Command {
 			var changed bool
 			var err error
 			if pause {
-				changed, err = supervisor.PauseCron(s.ctx, storeOf(s.c), root, job, requester())
+				changed, err = supervisor.PauseCron(s.ctx, s.store(), root, job, requester())
 			} else {
-				changed, err = supervisor.ResumeCron(s.ctx, storeOf(s.c), root, job)
+				changed, err = supervisor.ResumeCron(s.ctx, s.store(), root, job)
 			}
 			if err != nil {
 				return err

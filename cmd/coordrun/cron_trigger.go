@@ -16,7 +16,7 @@ func newCronTriggerCommand() *cobra.Command {
 		Args:  cobra.ExactArgs(1),
 		RunE: withClient(func(cmd *cobra.Command, args []string, s *clientSession) error {
 			now := time.Now().UTC().Truncate(time.Second)
-			node, err := supervisor.RequestCron(s.ctx, storeOf(s.c), s.v.GetString("root"), args[0],
+			node, err := supervisor.RequestCron(s.ctx, s.store(), s.v.GetString("root"), args[0],
 				state.CronRequest{Kind: state.RequestTrigger, Times: []time.Time{now}, By: requester()}, time.Now())
 			if err != nil {
 				return err

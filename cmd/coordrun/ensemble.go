@@ -11,6 +11,7 @@ import (
 
 	"github.com/coordrun/coordrun/ensemble"
 	"github.com/coordrun/coordrun/ensemble/client"
+	"github.com/coordrun/coordrun/supervisor"
 	"github.com/spf13/cobra"
 )
 
@@ -50,7 +51,9 @@ func newEnsembleStatusCommand() *cobra.Command {
 				st, err = ensembleStatus(servers, timeout, tlsCfg)
 			}
 			if err != nil {
-				return usageError{err}
+				// Bad flags were refused above: what is left is members
+				// not answering, which trying again later can mend.
+				return exitError{code: supervisor.ExitUnavailable, err: err}
 			}
 			if v.GetBool("json") {
 				if err := writeJSON(cmd.OutOrStdout(), st); err != nil {

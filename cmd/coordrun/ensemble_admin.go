@@ -106,7 +106,7 @@ func withAdminClient(run func(cmd *cobra.Command, args []string, s *clientSessio
 		c, err := client.Connect(ctx, client.Config{Servers: servers, SessionTimeout: 10 * time.Second, TLS: tlsCfg, Auth: auth})
 		if err != nil {
 			cancel()
-			return usageError{fmt.Errorf("connect to %s: %w%s", strings.Join(servers, ","), err, socketHint(v))}
+			return connectError(cmd, ctx, fmt.Errorf("connect to %s: %w%s", strings.Join(servers, ","), err, socketHint(v)))
 		}
 		s := &clientSession{v: v, c: c, ctx: ctx, cancel: cancel}
 		defer s.close()
@@ -121,9 +121,9 @@ func reconfig(joining, leaving string) func(*cobra.Command, []string, *clientSes
 		cfg, err := s.c.Reconfig(s.ctx, joining, leaving)
 		switch {
 		case errors.Is(err, wire.ErrNoAuth):
-			return fmt.Errorf("membership change refused: %w: membership changes need an administrator: use --admin-socket PATH (as root or the member's user), or authenticate as the member's --super-digest with --auth", err)
+			return usageError{fmt.Errorf("membership change refused: %w: membership changes need an administrator: use --admin-socket PATH (as root or the member's user), or authenticate as the member's --super-digest with --auth", err)}
 		case errors.Is(err, wire.ErrReconfigDisabled):
-			return fmt.Errorf("membership change refused: %w: over TCP the member accepts them only from loopback and its --admin-from networks; run this on a member's host, or use --admin-socket", err)
+			return usageError{fmt.Errorf("membership change refused: %w: over TCP the member accepts them only from loopback and its --admin-from networks; run this on a member's host, or use --admin-socket", err)}
 		case err != nil:
 			return fmt.Errorf("membership change refused: %w", err)
 		}

@@ -47,7 +47,7 @@ func TestExitStatus(t *testing.T) {
 // The exit codes stay distinct: a job can pass any of them through
 // coordrun run.
 func TestExitCodesDistinct(t *testing.T) {
-	codes := []int{supervisor.ExitOK, supervisor.ExitFailure, supervisor.ExitUsage, supervisor.ExitUnavailable, supervisor.ExitNotAcquired,
+	codes := []int{supervisor.ExitOK, supervisor.ExitFailure, supervisor.ExitUsage, supervisor.ExitNotFound, supervisor.ExitUnavailable, supervisor.ExitNotAcquired,
 		supervisor.ExitSessionLost, supervisor.ExitStaleToken, supervisor.ExitLockLost}
 	sorted := slices.Clone(codes)
 	slices.Sort(sorted)

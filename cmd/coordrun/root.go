@@ -25,23 +25,28 @@ is "coordrun run -- cmd".
 ` + runLong,
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		Version:       version,
 		Args:          cobra.ArbitraryArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if len(args) == 0 {
 				return cmd.Help()
 			}
 			if cmd.ArgsLenAtDash() != 0 {
-				return usageError{fmt.Errorf("unknown command %q (to run a job: coordrun -- %s)", args[0], strings.Join(args, " "))}
+				return usageError{fmt.Errorf("unknown command %q%s (to run a job: coordrun -- %s)", args[0], commandSuggestion(cmd, args[0]), strings.Join(args, " "))}
 			}
 			return runRun(cmd, args)
 		},
 	}
 	addRunFlags(root)
+	root.SetVersionTemplate("coordrun {{.Version}}\n")
 	root.PersistentFlags().String("config", "", "config file (default "+defaultConfigFile+" when present; env COORDRUN_CONFIG)")
-	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	root.AddCommand(newServerCommand(), newEnsembleCommand(), newVersionCommand(), newRunCommand(), newWatchdogCommand(), newStatusCommand(), newCronCommand(), newFenceCommand())
 	root.AddCommand(newDocsCommand()) // hidden: man pages and completions for packaging
 	root.AddCommand(newStoreCheckCommand())
+	root.AddCommand(newLockCommand())
+	strictCommands(root)
+	addCompletions(root)
+	addExamples(root)
 	return root
 }
 
@@ -55,7 +60,7 @@ func loadConfig(cmd *cobra.Command) (*viper.Viper, error) {
 	v.AutomaticEnv()
 	var bindErr error
 	cmd.Flags().VisitAll(func(f *pflag.Flag) {
-		if f.Name == "config" || f.Name == "help" {
+		if notConfigured[f.Name] {
 			return
 		}
 		if err := v.BindPFlag(f.Name, f); err != nil && bindErr == nil {
@@ -64,6 +69,9 @@ func loadConfig(cmd *cobra.Command) (*viper.Viper, error) {
 	})
 	if bindErr != nil {
 		return nil, bindErr
+	}
+	if err := checkEnvValues(cmd); err != nil {
+		return nil, err
 	}
 	file, _ := cmd.Flags().GetString("config")
 	if file == "" {
@@ -84,6 +92,9 @@ func loadConfig(cmd *cobra.Command) (*viper.Viper, error) {
 			return nil, usageError{fmt.Errorf("config file %s: %w", file, err)}
 		}
 		if err := checkKnownKeys(v, cmd); err != nil {
+			return nil, err
+		}
+		if err := checkFileValues(file, cmd); err != nil {
 			return nil, err
 		}
 		if cmd.Flags().Lookup("auth") != nil && v.InConfig("auth") && fileHoldsAuth(file) {

@@ -16,6 +16,17 @@ import (
 const runLong = `Run a command only while holding a lock in the ensemble, so that of all the
 hosts running the same coordrun command, exactly one runs the job at a time.
 
+The lock is --name, or else named after the whole command line: the
+command's base name, '-' and the first 8 hex digits of the SHA-256 of its
+words (as given, NUL-separated; with --shell, of "/bin/sh -c SCRIPT"), as
+backup.sh-3f2a9c1e. Every host running the same command line, word for
+word, takes the same lock, and unrelated commands (python3 a.py, python3
+b.py) never share one. -v prints the name chosen; status lists it.
+
+coordrun itself prints nothing on a good day: the job's output, coordrun's
+errors and warnings (such as one notice when the lock's nodes are open to
+every client), nothing else; -v says what it does, -q leaves only errors.
+
 The command runs in its own process group with COORDRUN_FENCING_TOKEN (rises
 with every new holder), COORDRUN_LOCK and COORDRUN_LOCK_NODE set. Terminating
 signals (INT, TERM, HUP, QUIT) and USR1/USR2 are forwarded to its group. If
@@ -37,7 +48,8 @@ runs, the command is stopped (TERM, then KILL after --kill-grace) and
 coordrun exits 78.
 
 Exit codes: the command's own; 128+N if signal N killed it; 75 the lock was
-not acquired (--try, --timeout); 76 the session was lost and the command
+not acquired (--try, --timeout; --conflict-exit-code chooses another, and
+-q leaves it unsaid on stderr); 76 the session was lost and the command
 killed; 78 the lock was lost (its nodes deleted or changed by another
 client) and the command stopped; 64 bad usage or no permission on the lock's
 folder; 69 no ensemble member answered within the connect timeout.`
@@ -46,11 +58,16 @@ func addRunFlags(cmd *cobra.Command) {
 	addSessionFlags(cmd)
 	f := cmd.Flags()
 	f.String("root", "/coordrun/locks", "znode folder holding every lock")
-	f.String("name", "", "lock name (default: the command's base name)")
+	f.String("name", "", "lock name (default: the command's base name and a hash of the whole command line, as backup-3f2a9c1e; see --help)")
 	f.Duration("lock-delay", 0, "after a holder's session ended without releasing, wait this long before starting")
 	f.Duration("timeout", 0, "wait at most this long for the lock (0: forever)")
 	f.Bool("try", false, "do not wait: exit 75 if the lock is held")
 	f.Int("holders", 1, "let at most this many hosts run the command at once (a semaphore); every contender of the lock must give the same")
+	f.Int("conflict-exit-code", supervisor.ExitNotAcquired, "exit code when the lock is not acquired (--try, --timeout), as flock -E; 0 makes losing a success")
+	if cmd.Annotations == nil {
+		cmd.Annotations = map[string]string{}
+	}
+	cmd.Annotations[quietByDefault] = "yes"
 }
 
 func newRunCommand() *cobra.Command {
@@ -78,6 +95,9 @@ func runRun(cmd *cobra.Command, args []string) error {
 		return err
 	}
 	defer signal.Stop(sc.job.Signals)
+	if err := useEtcd(cmd, v, &sc.conn, "locks"); err != nil {
+		return err
+	}
 	shell := v.GetBool("shell")
 	opts := supervisor.Options{
 		ConnOptions: sc.conn,
@@ -108,9 +128,27 @@ func runRun(cmd *cobra.Command, args []string) error {
 	if err := opts.Validate(); err != nil {
 		return usageError{err}
 	}
-	if !v.GetBool("quiet") {
-		fmt.Fprintf(cmd.ErrOrStderr(), "coordrun: lock %q\n", opts.Name)
+	conflict := v.GetInt("conflict-exit-code")
+	if conflict < 0 || conflict > 255 {
+		return usageError{fmt.Errorf("--conflict-exit-code %d: want 0 to 255", conflict)}
+	}
+	if v.GetString("name") == "" {
+		sc.log.Info("lock named after the command line (--name chooses one)", "lock", opts.Name)
+	} else {
+		sc.log.Info("lock", "lock", opts.Name)
 	}
 	// Signals are handled by the supervisor, not by cancelling a context.
-	return exitFrom(supervisor.Run(context.Background(), opts))
+	code, err := supervisor.Run(context.Background(), opts)
+	if code == supervisor.ExitUnavailable && err != nil {
+		err = fmt.Errorf("%w%s", err, defaultServersHint(v))
+	}
+	if code == supervisor.ExitNotAcquired {
+		code = conflict
+		// Under -q losing is the expected outcome on every host but one
+		// (a crontab's --try): the exit code says it, mail does not.
+		if v.GetBool("quiet") {
+			err = nil
+		}
+	}
+	return exitFrom(code, err)
 }

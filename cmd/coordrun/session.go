@@ -23,6 +23,8 @@ import (
 	"github.com/coordrun/coordrun/ensemble/client/recipe"
 	"github.com/coordrun/coordrun/ensemble/wire"
 	"github.com/coordrun/coordrun/supervisor"
+	"github.com/coordrun/coordrun/supervisor/engine"
+	"github.com/coordrun/coordrun/supervisor/engine/etcdengine"
 	"github.com/spf13/cobra"
 	"github.com/spf13/viper"
 )
@@ -39,9 +41,9 @@ func splitServers(s string) []string {
 
 // serverFlags reads --servers and the client TLS flags.
 func serverFlags(v *viper.Viper) ([]string, *tls.Config, error) {
-	servers := splitServers(v.GetString("servers"))
-	if len(servers) == 0 {
-		return nil, nil, usageError{errors.New("--servers is empty")}
+	servers, err := parseServers(v.GetString("servers"))
+	if err != nil {
+		return nil, nil, usageError{err}
 	}
 	tc, err := clientTLS(v)
 	if err != nil {
@@ -64,11 +66,17 @@ func addSessionFlags(cmd *cobra.Command) {
 	f.String("acl", "", "entries added to the ACL of the nodes coordrun creates, scheme:id:perms,... e.g. world:anyone:r (default: only the session's identities, cdrwa, with credentials; else the open ACL)")
 	f.String("record-command", supervisor.RecordName, "what lock and cron records show of the command: name (its base name) or full (the whole command line, arguments and all)")
 	f.Bool("shell", false, "run the command through sh -c")
-	f.BoolP("verbose", "v", false, "log more")
-	f.BoolP("quiet", "q", false, "log only errors")
+	f.BoolP("verbose", "v", false, "log what coordrun does (the lock's name, waiting, acquired, the job's end)")
+	f.BoolP("quiet", "q", false, "log only errors; a lock not acquired (--try, --timeout) is said by the exit code alone")
 	f.String("log-format", "text", "log format on stderr: text or json")
 	addClientTLSFlags(f)
+	addEtcdFlags(f)
 }
+
+// quietByDefault marks a command (run) that logs only warnings and errors
+// unless -v: it runs from crontabs, where any line of its own is mail from
+// every host on every run, and a job's output is the job's to give.
+const quietByDefault = "coordrun.quiet-by-default"
 
 // sessionConfig is what the flags of addSessionFlags configure.
 type sessionConfig struct {
@@ -82,6 +90,9 @@ type sessionConfig struct {
 // caller must signal.Stop(cfg.job.Signals).
 func sessionOptions(cmd *cobra.Command, v *viper.Viper) (sessionConfig, error) {
 	level := "info"
+	if cmd.Annotations[quietByDefault] != "" {
+		level = "warn"
+	}
 	if v.GetBool("verbose") {
 		level = "debug"
 	}
@@ -157,6 +168,7 @@ func addInspectFlags(cmd *cobra.Command, root, rootUsage string) {
 	f.Duration("timeout", 10*time.Second, "give up after this long")
 	f.StringSlice("auth", nil, "digest credentials user:password (repeatable), for nodes whose ACL wants them")
 	addClientTLSFlags(f)
+	addEtcdFlags(f)
 }
 
 // clientSession is a client command's configuration, its session and its
@@ -164,6 +176,7 @@ func addInspectFlags(cmd *cobra.Command, root, rootUsage string) {
 type clientSession struct {
 	v      *viper.Viper
 	c      *client.Client
+	e      engine.Conn // on etcd (--servers etcd://...), instead of c
 	ctx    context.Context
 	cancel context.CancelFunc
 }
@@ -185,17 +198,47 @@ func connectCommand(cmd *cobra.Command) (*clientSession, error) {
 		return nil, err
 	}
 	ctx, cancel := context.WithTimeout(cmd.Context(), v.GetDuration("timeout"))
+	if etcdengine.IsEtcd(v.GetString("servers")) {
+		e, err := connectEtcd(ctx, cmd, v)
+		if err != nil {
+			cancel()
+			return nil, err
+		}
+		return &clientSession{v: v, e: e, ctx: ctx, cancel: cancel}, nil
+	}
 	c, err := client.Connect(ctx, client.Config{Servers: servers, SessionTimeout: 10 * time.Second, TLS: tlsCfg, Auth: auth})
 	if err != nil {
 		cancel()
-		return nil, usageError{fmt.Errorf("connect to %s: %w", v.GetString("servers"), err)}
+		return nil, connectError(cmd, ctx, fmt.Errorf("connect to %s: %w%s", strings.Join(servers, ","), err, defaultServersHint(v)))
 	}
 	return &clientSession{v: v, c: c, ctx: ctx, cancel: cancel}, nil
 }
 
+// connectError classes a failed connect: no member answering before the
+// deadline is unavailable (69: trying again later can help); a refusal
+// (a certificate, credentials) is bad usage (64).
+func connectError(cmd *cobra.Command, ctx context.Context, err error) error {
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) && cmd.Context().Err() == nil {
+		return exitError{code: supervisor.ExitUnavailable, err: err}
+	}
+	return usageError{err}
+}
+
 func (s *clientSession) close() {
-	s.c.Close()
+	if s.e != nil {
+		s.e.Close()
+	} else {
+		s.c.Close()
+	}
 	s.cancel()
+}
+
+// store is the session as the supervisor's engine sees it.
+func (s *clientSession) store() engine.Conn {
+	if s.e != nil {
+		return s.e
+	}
+	return storeOf(s.c)
 }
 
 // withClient is the RunE of a command that works on a short session:

@@ -18,8 +18,11 @@ func newStatusCommand() *cobra.Command {
 		Use:   "status [lock...]",
 		Short: "Show each lock's holder (host, pid, token, since) and its queue",
 		RunE: withClient(func(cmd *cobra.Command, args []string, s *clientSession) error {
-			v, c, ctx := s.v, s.c, s.ctx
-			locks, err := supervisor.Inspect(ctx, storeOf(c), v.GetString("root"), args)
+			v, ctx := s.v, s.ctx
+			if err := checkLocksExist(ctx, s.store(), v.GetString("root"), args); err != nil {
+				return err
+			}
+			locks, err := supervisor.Inspect(ctx, s.store(), v.GetString("root"), args)
 			if err != nil {
 				return err
 			}
@@ -47,7 +50,7 @@ func printLocks(w io.Writer, locks []supervisor.LockState) {
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "LOCK\tROLE\tHOST\tPID\tTOKEN\tSINCE\tCOMMAND")
-	var warnings []string
+	var warnings, open []string
 	for _, l := range locks {
 		if s := l.Stopping; s != nil {
 			row(tw, l.Name, "stopping", state.Contender{Node: s.Node, Token: s.Token, Info: s.HolderInfo})
@@ -74,13 +77,16 @@ func printLocks(w io.Writer, locks []supervisor.LockState) {
 			row(tw, l.Name, fmt.Sprintf("waiter %d", i+1), c)
 		}
 		if l.Open {
-			warnings = append(warnings, fmt.Sprintf("warning: lock %s is open to every client (ACL %s): anyone can delete its nodes; run with --auth or a client certificate", l.Name, l.ACL))
+			open = append(open, l.Name)
 		}
 		if l.Stopping != nil {
 			warnings = append(warnings, fmt.Sprintf("warning: lock %s: the previous holder's node %s was deleted by another client; it is stopping its job", l.Name, l.Stopping.Node))
 		}
 	}
 	tw.Flush()
+	if len(open) > 0 { // one notice, however many locks
+		warnings = append([]string{fmt.Sprintf("warning: any client can delete the nodes of %s: their ACL is open (status --json shows it); run with --auth or a client certificate", strings.Join(open, ", "))}, warnings...)
+	}
 	for _, s := range warnings {
 		fmt.Fprintln(w, s)
 	}

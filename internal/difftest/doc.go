@@ -15,7 +15,7 @@
 //
 // When the traces part, the tester shrinks the sequence (delta debugging)
 // to a short reproduction. Differences that are meant are listed in
-// KnownDifferences, each quoting the README's Compatibility notes.
+// KnownDifferences, each quoting the Compatibility notes (docs/compatibility.md).
 //
 // The tests in this package run it: a short seeded pass inside make test,
 // and make difftest for long runs (see the Makefile).

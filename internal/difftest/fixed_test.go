@@ -135,7 +135,7 @@ func TestRefusedWritesTakeZxids(t *testing.T) {
 	}
 	ref, got := gap(startZooKeeper(t)), gap(startCoordrun(t, 1)[0])
 	// Once an ensemble groups writes, a log entry's zxids are index<<8|k
-	// (README, "What the ensemble guarantees"): an entry of its own is a
+	// (docs/guarantees.md, "What the ensemble guarantees"): an entry of its own is a
 	// step of 256 there.
 	if grouped := !slices.ContainsFunc(got, func(d int64) bool { return d%256 != 0 }); grouped {
 		for i := range got {

@@ -9,7 +9,7 @@ import (
 
 // Known is a difference between coordrun and ZooKeeper 3.8 that is meant:
 // either coordrun chose otherwise on purpose, or ZooKeeper 3.8 is wrong
-// there (JIRA names the issue). Note is quoted from the README's
+// there (JIRA names the issue). Note is quoted from docs/compatibility.md's
 // Compatibility notes, which a test checks, so the table and the
 // documentation cannot drift apart.
 type Known struct {

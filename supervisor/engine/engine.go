@@ -308,12 +308,11 @@ type Status struct {
 	Stopping bool
 }
 
-// What happened to a watched record.
+// What happened to a watched record: state's words.
 const (
-	LossDeleted = "deleted"
-	LossChanged = "changed"
-	// LossMissing: the record was already gone when its watch was set.
-	LossMissing = "missing"
+	LossDeleted = state.LossDeleted
+	LossChanged = state.LossChanged
+	LossMissing = state.LossMissing
 )
 
 // Loss is what happened to a record whose holder did not expect it.

@@ -90,3 +90,12 @@ func QueueSeq(name string) int64 {
 	}
 	return n
 }
+
+// What happened to a record whose holder watched it, in the words every
+// engine and reader uses.
+const (
+	LossDeleted = "deleted"
+	LossChanged = "changed"
+	// LossMissing: the record was already gone when its watch was set.
+	LossMissing = "missing"
+)

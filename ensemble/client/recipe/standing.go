@@ -11,14 +11,14 @@ import (
 
 	"github.com/coordrun/coordrun/ensemble/client"
 	"github.com/coordrun/coordrun/ensemble/wire"
+	"github.com/coordrun/coordrun/supervisor/state"
 )
 
-// What happened to a watched node.
+// What happened to a watched node: the supervisor's words (state).
 const (
-	LossDeleted = "deleted"
-	LossChanged = "changed"
-	// LossMissing: the node was already gone when its watch was set.
-	LossMissing = "missing"
+	LossDeleted = state.LossDeleted
+	LossChanged = state.LossChanged
+	LossMissing = state.LossMissing
 )
 
 // Loss is what happened to a node whose holder did not expect it.

@@ -128,7 +128,7 @@ func (z *Conn) ReportFolderAccess(ctx context.Context, dir string) {
 	switch {
 	case !sameACL(got, want):
 		log.Warn("lock folder has another ACL than configured; using it as it is", "folder", dir, "acl", recipe.FormatACL(got), "configured", recipe.FormatACL(want))
-	case recipe.OpenToAll(got):
+	case recipe.OpenToAll(got) && !recipe.OpenToAll(want): // else lockACL said it: one notice per process
 		log.Warn("lock folder is open to every client: anyone can delete its nodes", "folder", dir, "acl", recipe.FormatACL(got))
 	}
 }
