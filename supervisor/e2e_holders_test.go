@@ -28,9 +28,12 @@ func TestE2EHolders(t *testing.T) {
 		}
 		var ls supervisor.LockState
 		testkit.WaitFor(t, 30*time.Second, "two holders and two waiters", func() bool {
-			ls = r.statusJSON()
+			ls = r.state()
 			return len(ls.Holders) == n && len(ls.Waiters) == contenders-n
 		})
+		if js := r.statusJSON(); len(js.Holders) != n || len(js.Waiters) != contenders-n {
+			t.Errorf("coordrun status --json: %d holders, %d waiters; want %d and %d", len(js.Holders), len(js.Waiters), n, contenders-n)
+		}
 		if ls.MaxHolders != n {
 			t.Errorf("status says max_holders %d, want %d", ls.MaxHolders, n)
 		}
