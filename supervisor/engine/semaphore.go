@@ -198,10 +198,14 @@ func (s *semEntry) slotDir(k int) string {
 // trySlots takes a free slot (wake nil) or returns what to wait for: the
 // markers' folder, and each busy slot without a marker.
 func (s *semEntry) trySlots(ctx context.Context) (wake []<-chan Event, err error) {
-	if err := s.c.EnsureFolder(ctx, s.heldDir()); err != nil {
-		return nil, err
-	}
 	marked, err := s.c.Children(ctx, s.heldDir())
+	if errors.Is(err, ErrNotFound) {
+		// The semaphore's first use (or a deleteall): make it once.
+		if err := s.c.EnsureFolder(ctx, s.heldDir()); err != nil {
+			return nil, err
+		}
+		marked, err = s.c.Children(ctx, s.heldDir())
+	}
 	if err != nil {
 		return nil, err
 	}
