@@ -94,6 +94,10 @@ type Config struct {
 	// QUOTAEXCEEDED. Defaults 1,000,000 znodes and 1 GiB.
 	MaxTreeNodes int
 	MaxTreeBytes int64
+	// EnforceQuota refuses writes past a ZooKeeper hard quota set under
+	// /zookeeper/quota (zkCli setquota -N/-B) with QUOTAEXCEEDED, as
+	// ZooKeeper's zookeeper.enforceQuota does. Off by default, as there.
+	EnforceQuota bool
 	// MaxClientConns caps the client connections open from one IP
 	// address, as ZooKeeper's maxClientCnxns does; more are closed at
 	// once. Default 60 (ZooKeeper's); negative: no cap.

@@ -55,6 +55,8 @@ type Member struct {
 	track *sessionTracker // session deadlines; only the leader's count
 	relay *livenessRelay
 
+	zkq *zkQuotaLog // ZooKeeper quotas passed by the writes taken here (zkquota.go)
+
 	client       net.Listener
 	adminSock    net.Listener // Config.AdminSocket's, or nil (adminsock.go)
 	clients      *clientSet
@@ -117,6 +119,7 @@ func Start(cfg Config) (*Member, error) {
 
 		handshakes: make(chan struct{}, maxHandshakes),
 	}
+	m.zkq = newZKQuotaLog(m.log)
 	m.ctx, m.cancel = context.WithCancel(context.Background())
 	m.metrics = newMetrics(m.metricSources())
 	m.fsm.afterApply = m.afterApply
@@ -130,7 +133,7 @@ func Start(cfg Config) (*Member, error) {
 		stats:      m.stats,
 		tr:         &m.tr,
 		bounds:     &m.bounds,
-		limits:     zk.Limits{MaxData: cfg.MaxDataBytes},
+		limits:     zk.Limits{MaxData: cfg.MaxDataBytes, EnforceQuota: cfg.EnforceQuota},
 		quota:      &treeQuota{maxNodes: cfg.MaxTreeNodes, maxBytes: cfg.MaxTreeBytes, counts: m.counts, log: m.log},
 		maxFrame:   cfg.MaxDataBytes + 64<<10, // room for the path, ACLs and headers around the data
 		minTimeout: cfg.MinSessionTimeout,

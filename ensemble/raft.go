@@ -191,6 +191,11 @@ func (m *Member) afterApply(txn *tree.Txn, res *tree.Result, zxid int64) {
 	if txn == nil {
 		return
 	}
+	if len(res.Quotas) > 0 && m.clients.bySession(txn.Session) != nil {
+		// The member that took the write says so, as ZooKeeper's
+		// leader does for the writes it prepares.
+		m.zkq.note(res.Quotas)
+	}
 	switch txn.Kind {
 	case tree.TxnCreateSession:
 		if res.Err == nil {

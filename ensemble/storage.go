@@ -372,6 +372,7 @@ func (m *Member) openStorage(hlog *raftLog) (*guardedStore, *guardedSnapshots, e
 	m.storage = g
 	m.metrics.reg.MustRegister(g.collectors()...)
 	m.metrics.reg.MustRegister(m.env.quota.collectors()...)
+	m.metrics.reg.MustRegister(m.zkq.collectors()...)
 	return &guardedStore{BoltStore: bolt, path: path, g: g}, &guardedSnapshots{FileSnapshotStore: snaps, dir: cfg.DataDir, g: g}, nil
 }
 

@@ -52,9 +52,10 @@ type CronOptions struct {
 	Log  *slog.Logger
 	Root string // e.g. /coordrun/cron
 	Jobs []*CronJob
-	// Now is the schedule clock: when a firing is due, and which are too
-	// old to catch up, run again or keep. Tests skew it per host. Default
-	// time.Now.
+	// Now is the host's one clock for everything cron decides and
+	// writes: when a firing is due, which are too old to catch up, run
+	// again or keep, when a retry is due, and the times in the records.
+	// Tests skew it per host. Default time.Now.
 	Now func() time.Time
 	// OnFire, when set, observes every firing this host handled.
 	OnFire func(job string, rec state.FiringRecord)
@@ -260,7 +261,7 @@ func startCron(ctx context.Context, o CronOptions, log *slog.Logger) (*session, 
 		return nil, nil, err
 	}
 	hi := s.holderInfo([]string{"cron"}, false)
-	h := &cronHost{s: s, o: o, now: o.Now, stamp: time.Now, sigs: map[chan os.Signal]struct{}{}, counted: map[string]int{}, dueLater: map[string]bool{},
+	h := &cronHost{s: s, o: o, now: o.Now, sigs: map[chan os.Signal]struct{}{}, counted: map[string]int{}, dueLater: map[string]bool{},
 		// Named by session, so a create retried after a lost reply
 		// finds its own record instead of leaving a second one.
 		hostNode: fmt.Sprintf("%s-%d-%s", hi.Host, hi.PID, s.conn.ID())}
@@ -280,12 +281,22 @@ func startCron(ctx context.Context, o CronOptions, log *slog.Logger) (*session, 
 type cronHost struct {
 	s *session
 	o CronOptions
-	// now is the schedule clock (CronOptions.Now): which firing is due,
-	// which is too old to catch up or keep. stamp is the clock of what
-	// the lifecycle writes and compares across hosts: the records' times
-	// and a retry's backoff. Tests skew only the schedule clock, to have
-	// hosts contend for firings at different times.
-	now, stamp func() time.Time
+	// now is the host's one clock (CronOptions.Now), read for every
+	// decision and every time written: which firing is due, catch-up,
+	// the history's age, a retry's backoff, the age past which a lost
+	// firing is not run again, and the records' claimed, start, end and
+	// lost times. One clock, because these are compared with each other:
+	// a firing's record is aged against its scheduled time, a retry's
+	// due time is its end plus the backoff. Were the record times read
+	// from another clock than the schedule, a host whose clocks disagree
+	// would keep, retry and lose firings by a mix of both. So a record
+	// carries its writer's clock, skew included, as cron's own logs do;
+	// across hosts, their times differ by the hosts' skew, as the
+	// schedule's do, and the claim (one create wins) keeps that from
+	// running a firing twice. The lease and the kill deadlines are not
+	// on this clock: they are on the monotonic and boot clocks, which
+	// no skew or step of the wall clock moves.
+	now func() time.Time
 
 	hooks sync.WaitGroup // hooks still running
 	// hostNode is this host's record under every job's hosts/, named by

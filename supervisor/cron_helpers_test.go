@@ -213,9 +213,32 @@ type cronDecision struct {
 // cronLogSink collects the log records of in-process cron hosts: the text
 // for failure output, and their decision on each firing.
 type cronLogSink struct {
-	mu        sync.Mutex
+	mu        sync.Mutex // guards text, decisions and ends
 	text      bytes.Buffer
 	decisions []cronDecision
+	ends      []cronEnd
+}
+
+// cronEnd is a firing's record as the host that ended it (or an attempt
+// of it) told its OnFire.
+type cronEnd struct {
+	host string
+	skew time.Duration
+	rec  state.FiringRecord
+}
+
+// claimedAt is when, on the true clock, the given attempt of the firing
+// scheduled at sched was claimed: its record says when on its claimant's
+// clock, and the claimant is the host that ended that attempt.
+func (s *cronLogSink) claimedAt(sched time.Time, attempt int) (time.Time, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, e := range s.ends {
+		if e.rec.Scheduled.Equal(sched) && e.rec.Attempts() == attempt && e.rec.State != state.FiringReplaced {
+			return e.rec.Claimed.Add(-e.skew), true
+		}
+	}
+	return time.Time{}, false
 }
 
 func (s *cronLogSink) String() string {
@@ -331,6 +354,11 @@ func cronStartHost(t *testing.T, r *rig, sink *cronLogSink, spec cronHostSpec) *
 		Root: spec.root,
 		Jobs: spec.jobs(),
 		Now:  func() time.Time { return time.Now().Add(skew) },
+		OnFire: func(_ string, rec state.FiringRecord) {
+			sink.mu.Lock()
+			defer sink.mu.Unlock()
+			sink.ends = append(sink.ends, cronEnd{host: spec.label, skew: skew, rec: rec})
+		},
 	}
 	go func() {
 		defer close(h.done)

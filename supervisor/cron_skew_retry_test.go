@@ -96,12 +96,18 @@ func TestCronSkewRetriesPause(t *testing.T) {
 		if len(ls) > retryLost+retryFailed+1 {
 			t.Errorf("firing %s ran %d times, more than retry-lost + retry-failed + 1", cronFmt(s), len(ls))
 		}
-		// The pause is read by the claimant right after its claim.
+		// The pause is read by the claimant right after its first claim
+		// (a retry is not paused). The record's times are on its
+		// claimant's skewed clock: compared with the pause, on the true
+		// clock, they are taken back by that host's skew.
+		claimed, ok := sink.claimedAt(s, 1)
 		switch {
-		case rec.Claimed.After(paused) && rec.Claimed.Before(resumeFrom) && res != "paused":
-			t.Errorf("firing %s claimed %s, while the job was paused (%s..%s), ended %s", cronFmt(s), cronFmt(rec.Claimed), cronFmt(paused), cronFmt(resumeFrom), res)
-		case (rec.Claimed.Before(pauseFrom) || rec.Claimed.After(resumed)) && res == "paused":
-			t.Errorf("firing %s claimed %s, outside the pause (%s..%s), recorded paused", cronFmt(s), cronFmt(rec.Claimed), cronFmt(pauseFrom), cronFmt(resumed))
+		case !ok:
+			t.Errorf("firing %s: no host told of its first attempt's end", cronFmt(s))
+		case claimed.After(paused) && claimed.Before(resumeFrom) && res != "paused":
+			t.Errorf("firing %s claimed %s, while the job was paused (%s..%s), ended %s", cronFmt(s), cronFmt(claimed), cronFmt(paused), cronFmt(resumeFrom), res)
+		case (claimed.Before(pauseFrom) || claimed.After(resumed)) && res == "paused":
+			t.Errorf("firing %s claimed %s, outside the pause (%s..%s), recorded paused", cronFmt(s), cronFmt(claimed), cronFmt(pauseFrom), cronFmt(resumed))
 		}
 		if res == "paused" {
 			nPaused++
@@ -132,4 +138,66 @@ func TestCronSkewRetriesPause(t *testing.T) {
 		t.Errorf("%d paused and %d retried firings in the window: the test exercised neither", nPaused, nRetried)
 	}
 	t.Logf("%d firings %s..%s: %d paused, %d failed once and run again, the rest once", n, cronFmt(first), cronFmt(last), nPaused, nRetried)
+}
+
+// A host's one clock: the times it writes in a record are on the clock
+// its schedule runs on, so a record says how late a firing started and
+// how long it ran whatever the host's skew, and a retry waits its backoff
+// on that clock too. Two hosts, each alone on its root, 90 minutes ahead
+// and behind: the job fails its first attempt and is run again.
+func TestCronOneClock(t *testing.T) {
+	b, err := startCoordrun(1)
+	if err != nil {
+		t.Fatalf("starting a member: %v", err)
+	}
+	t.Cleanup(b.close)
+	r := newRig(t, b)
+	obs := cronObserver(t, b)
+	const job, backoff = "tick", 300 * time.Millisecond
+	sink := &cronLogSink{}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("--- cron hosts' log:\n%s", sink.String())
+		}
+	})
+	skews := map[string]time.Duration{"/cron-clock-ahead": 90 * time.Minute, "/cron-clock-behind": -90 * time.Minute}
+	for root, skew := range skews {
+		cronStartHost(t, r, sink, cronHostSpec{label: root[1:], skew: skew, root: root,
+			jobs: func() []*supervisor.CronJob {
+				return []*supervisor.CronJob{{Name: job, Spec: "@every 1s", Argv: []string{"/bin/sh", "-c", `[ "$COORDRUN_ATTEMPT" = 2 ]`},
+					Overlap: state.OverlapQueue, RetryFailed: 1, RetryBackoff: backoff}}
+			}})
+	}
+	for root, skew := range skews {
+		cronAwaitHosts(t, obs, root, job, 1)
+		var rec state.FiringRecord
+		testkit.WaitFor(t, 20*time.Second, root+": a firing done at its second attempt", func() bool {
+			for _, x := range cronHistory(t, obs, root, job) {
+				if state.ResultOf(x) == state.ResultDone && x.Attempt == 2 && len(x.Earlier) == 1 {
+					rec = x
+					return true
+				}
+			}
+			return false
+		})
+		first := rec.Earlier[0]
+		// On one clock: a claim, start and end just after the scheduled
+		// time, in order, each within a few seconds of it.
+		late := func(at time.Time) time.Duration { return at.Sub(rec.Scheduled) }
+		for what, at := range map[string]time.Time{"first start": first.Start, "first end": first.End, "claimed": rec.Claimed, "start": rec.Start, "end": rec.End} {
+			if d := late(at); d < 0 || d > 5*time.Second {
+				t.Errorf("%s (clock %v): firing %s: %s %v after its scheduled time, want within [0, 5s) on the host's one clock",
+					root, skew, cronFmt(rec.Scheduled), what, ms(d))
+			}
+		}
+		// Where the host's clock is: the record's times are on it.
+		if off := rec.End.Sub(time.Now()) - skew; off > 0 || off < -20*time.Second {
+			t.Errorf("%s: the record's end is %v off the host's clock (%v from the true clock)", root, ms(off), skew)
+		}
+		if gap := rec.Start.Sub(first.End); gap < backoff {
+			t.Errorf("%s: attempt 2 started %v after attempt 1 ended, want at least the backoff %v", root, ms(gap), backoff)
+		}
+		t.Logf("%s (clock %v): attempt 1 ran %v→%v after its time, attempt 2 %v→%v", root, skew,
+			ms(late(first.Start)), ms(late(first.End)), ms(late(rec.Start)), ms(late(rec.End)))
+	}
 }

@@ -176,11 +176,13 @@ func cronSkewRun(t *testing.T, b *backend, root string, history, n int) (trueDel
 			t.Errorf("firing %s: record %+v, want state done, exit 0, a token", cronFmt(s), rec)
 		}
 		// Where the delay goes: timer → claim; claim → lock held
-		// (record's start); lock held → the job's first line.
+		// (record's start); lock held → the job's first line. The
+		// record's times are on its claimant's clock, as the schedule
+		// is; the job's line is on the true clock.
 		if rec.State == "done" && rec.Token == l.token {
-			toClaim = append(toClaim, rec.Claimed.Add(skewOf[l.host]).Sub(s))
+			toClaim = append(toClaim, rec.Claimed.Sub(s))
 			toHeld = append(toHeld, rec.Start.Sub(rec.Claimed))
-			toJob = append(toJob, l.at.Sub(rec.Start))
+			toJob = append(toJob, l.at.Add(skewOf[l.host]).Sub(rec.Start))
 		}
 	}
 	if len(toClaim) > 0 {

@@ -37,6 +37,9 @@ func (h *cronHost) schedule(loop, ctx context.Context, j *CronJob) {
 	go func() { defer runs.Done(); h.watchLosses(loop, ctx, j, &runs) }()
 	go func() { defer runs.Done(); h.watchRequests(loop, ctx, j, &runs) }()
 	next := j.Next(h.now())
+	// Once per job at start (and at each reload that changes it): what a
+	// reader of the journal checks first when a job did not run.
+	h.s.log.Info("job scheduled", "job", j.Name, "schedule", j.Spec, "next", next.Add(j.Offset(next)).Format(time.RFC3339))
 	for {
 		// Sleep until this host's clock reaches the firing; re-check on
 		// waking, since the clock is this host's own and may be skewed.
@@ -71,7 +74,6 @@ func (h *cronHost) fire(ctx context.Context, j *CronJob, at time.Time, reason st
 	if paused, err := CronPaused(ctx, h.s.conn, h.o.Root, j.Name); err == nil && paused != nil {
 		rec = state.Pause(rec, *paused, j.rules()).Rec
 		h.record(ctx, node, &rec, &v)
-		h.s.log.Info("firing not run: the job is paused", "job", j.Name, "scheduled", at.Format(time.RFC3339))
 		h.ended(j, rec)
 		return
 	}
@@ -82,7 +84,7 @@ func (h *cronHost) fire(ctx context.Context, j *CronJob, at time.Time, reason st
 // version of the record it made.
 func (h *cronHost) claim(ctx context.Context, j *CronJob, node string, at time.Time, reason string) (rec state.FiringRecord, v engine.Version, won bool) {
 	log := h.s.log
-	rec = state.Claim(j.Name, at, reason, h.claimant(j), h.stamp()).Rec
+	rec = state.Claim(j.Name, at, reason, h.claimant(j), h.now()).Rec
 	if h.isStopping() {
 		// Leave it to the hosts that stay.
 		return rec, 0, false
@@ -157,9 +159,9 @@ func (h *cronHost) record(ctx context.Context, node string, rec *state.FiringRec
 			}
 		}
 		if errors.Is(err, engine.ErrVersion) {
-			h.s.log.Warn("firing record changed by another host; leaving it", "node", node)
+			h.s.log.Warn("firing record changed by another host; leaving it", "job", rec.Job, "node", node)
 		} else {
-			h.s.log.Warn("could not record firing", "node", node, "err", err)
+			h.s.log.Warn("could not record firing", "job", rec.Job, "node", node, "err", err)
 		}
 		return false
 	}
@@ -184,13 +186,13 @@ func (h *cronHost) replaceEarlier(ctx context.Context, j *CronJob, rec state.Fir
 		if json.Unmarshal(b, &old) != nil {
 			continue
 		}
-		step, ok := state.Replace(old, rec, h.stamp(), j.rules())
+		step, ok := state.Replace(old, rec, h.now(), j.rules())
 		if !ok {
 			continue
 		}
 		nb, _ := json.Marshal(step.Rec)
 		if _, err := h.s.conn.Update(ctx, node, nb, st.Version); err == nil {
-			h.s.log.Info("replacing the previous run", "job", j.Name, "scheduled", old.Scheduled.Format(time.RFC3339), "host", old.Host, "pid", old.PID)
+			// Its end line (result replaced) names its host and pid.
 			h.ended(j, step.Rec)
 		}
 	}
@@ -201,18 +203,22 @@ func (h *cronHost) replaceEarlier(ctx context.Context, j *CronJob, rec state.Fir
 // records are watched while the job runs: if another client deletes or
 // changes them, the run is stopped.
 func (h *cronHost) runFiring(ctx context.Context, j *CronJob, node string, rec *state.FiringRecord, v engine.Version) {
-	log, rules := h.s.log, j.rules()
+	rules := j.rules()
+	// The session as this job sees it: every line logged on its behalf,
+	// the lock's and the watchdog's too, names the job.
+	s := h.jobSession(j)
+	log := s.log
 	// Records must be written even while shutting down, as long as the
 	// session may live.
-	wctx, endWrites := h.s.afterStop(ctx)
+	wctx, endWrites := s.afterStop(ctx)
 	defer endWrites()
-	e, err := h.s.enter(wctx, h.paths(j).Lock(), j.Argv, j.Holders)
+	e, err := s.enter(wctx, h.paths(j).Lock(), j.Argv, j.Holders)
 	if err != nil {
 		*rec = state.Lose(*rec, err.Error(), rules).Rec
 		h.record(wctx, node, rec, &v)
 		return
 	}
-	defer func() { _ = h.s.release(wctx, e) }()
+	defer func() { _ = s.release(wctx, e) }()
 	try, replace := state.Acquisition(j.Overlap)
 	acquire := e.Acquire
 	if try {
@@ -236,12 +242,12 @@ func (h *cronHost) runFiring(ctx context.Context, j *CronJob, node string, rec *
 	hctx, stopWatch := context.WithCancel(wctx)
 	defer stopWatch()
 	standing := e.WatchStanding(hctx)
-	*rec = state.Start(*rec, e.Token(), h.stamp()).Rec
+	*rec = state.Start(*rec, e.Token(), h.now()).Rec
 	if !h.record(wctx, node, rec, &v) {
 		// Another host has changed the record while this one waited
 		// for the lock (a later firing replaced it, or found this host
 		// gone): it is not this host's to run any more.
-		log.Info("firing not run: its record changed while it waited", "job", j.Name, "scheduled", rec.Scheduled.Format(time.RFC3339))
+		log.Info("firing not run: its record changed while it waited", "scheduled", rec.Scheduled.Format(time.RFC3339))
 		return
 	}
 	losses, watching := h.watchFiring(hctx, node, v, standing)
@@ -267,26 +273,32 @@ func (h *cronHost) runFiring(ctx context.Context, j *CronJob, node string, rec *
 	}()
 	pump := newSignalPump(sigs)
 	defer pump.close()
-	hd := &holding{s: h.s, e: e, sigs: pump, standing: losses, maxRuntime: j.MaxRuntime}
+	hd := &holding{s: s, e: e, sigs: pump, standing: losses, maxRuntime: j.MaxRuntime, endLogged: true}
 	var x state.Exit
 	code, err := hd.waitToStart(ctx, 0)
 	if err == nil && code == 0 {
 		extra := []string{fencing.EnvScheduledTime + "=" + rec.Scheduled.Format(time.RFC3339),
 			fencing.EnvAttempt + "=" + strconv.Itoa(rec.Attempts())}
-		log.Info("running", "job", j.Name, "scheduled", rec.Scheduled.Format(time.RFC3339), "token", e.Token(), "attempt", rec.Attempts())
+		log.Info("running", "scheduled", rec.Scheduled.Format(time.RFC3339), "token", e.Token(), "attempt", rec.Attempts())
 		spec := jobSpec{exe: h.o.Exe, argv: j.Argv, env: h.o.Env, lockEnv: lockEnv(j.Name, e, extra...), grace: h.o.KillGrace}
-		var out *capture
-		if j.OutputBytes > 0 {
-			if out, err = newCapture(j.OutputBytes); err != nil {
-				log.Warn("cannot keep the job's output; it is not captured", "job", j.Name, "err", err)
-				out, err = nil, nil
-			} else {
-				spec.stdout, spec.stderr = out.w, out.w
-			}
+		// Captured even when the record keeps none of it: the journal's
+		// lines get the job's prefix.
+		out, cerr := newCapture(j.OutputBytes, outputPrefix(j.Name, rec.Attempts()), os.Stdout, os.Stderr)
+		if cerr != nil {
+			log.Warn("cannot capture the job's output; it goes to the journal unprefixed and unkept", "err", cerr)
+			out = nil
+		} else {
+			spec.stdout, spec.stderr = out.w[0], out.w[1]
 		}
 		code, err = hd.run(hctx, spec, nil)
 		if out != nil {
-			x.Output, x.OutputBytes = out.finish(h.o.KillGrace + time.Second)
+			output, n := out.finish(h.o.KillGrace + time.Second)
+			if j.OutputBytes > 0 {
+				x.Output, x.OutputBytes = output, n
+			}
+			if h.o.Metrics != nil {
+				h.o.Metrics.cutLines(j.Name, out.cuts.Load())
+			}
 		}
 	}
 	x.Code, x.Cause = code, exitCause(code, err)
@@ -299,18 +311,24 @@ func (h *cronHost) runFiring(ctx context.Context, j *CronJob, node string, rec *
 	if x.Cause == state.SessionLost {
 		h.sessionLost.Store(true)
 	}
-	step := state.Finish(*rec, path.Base(node), x, h.stamp(), rules)
+	step := state.Finish(*rec, path.Base(node), x, h.now(), rules)
 	*rec = step.Rec
-	log.Info("finished", "job", j.Name, "scheduled", rec.Scheduled.Format(time.RFC3339), "exit", code, "duration", rec.End.Sub(rec.Start))
+	// The run's end is logged once, by ended, with its result.
 	if req := step.Retry; req != nil {
 		// Any host may take the retry: it is a request like a trigger.
-		if _, err := RequestCron(wctx, h.s.conn, h.o.Root, j.Name, *req, h.stamp()); err != nil {
-			log.Warn("cannot ask for a retry of the failed run", "job", j.Name, "scheduled", rec.Scheduled.Format(time.RFC3339), "err", err)
-		} else {
-			log.Info("failed run to be run again", "job", j.Name, "scheduled", rec.Scheduled.Format(time.RFC3339), "attempt", req.Attempt+1, "after", j.RetryBackoff)
+		if _, err := RequestCron(wctx, h.s.conn, h.o.Root, j.Name, *req, h.now()); err != nil {
+			log.Warn("cannot ask for a retry of the failed run", "scheduled", rec.Scheduled.Format(time.RFC3339), "err", err)
 		}
 	}
 	h.record(wctx, node, rec, &v)
+}
+
+// jobSession is the host's session as j's firings use it: the same
+// connection and lease, with a log whose every line names the job.
+func (h *cronHost) jobSession(j *CronJob) *session {
+	s := *h.s
+	s.log = h.s.log.With("job", j.Name)
+	return &s
 }
 
 // exitCause is why a run that ended with code and err ended.

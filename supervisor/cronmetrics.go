@@ -28,6 +28,7 @@ type CronMetrics struct {
 	runs          *prometheus.CounterVec
 	retries       *prometheus.CounterVec
 	duration      *prometheus.HistogramVec
+	linesCut      *prometheus.CounterVec
 
 	mu       sync.Mutex                    // guards latest, success, and the textfile's writes
 	latest   map[string]state.FiringRecord // job → newest firing seen
@@ -53,11 +54,13 @@ func NewCronMetrics(textfile string) *CronMetrics {
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "coordrun_cron_run_duration_seconds",
 			Help:    "How long this host's runs took, from the job's start to its end.",
 			Buckets: prometheus.ExponentialBuckets(0.1, 4, 10)}, []string{"cron_job"}),
+		linesCut: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "coordrun_cron_output_lines_cut_total",
+			Help: "Lines of the job's output longer than 16 KiB, each cut into several in the journal."}, []string{"cron_job"}),
 		latest:   map[string]state.FiringRecord{},
 		success:  map[string]time.Time{},
 		textfile: textfile,
 	}
-	m.reg.MustRegister(m.lastScheduled, m.lastSuccess, m.lastResult, m.runs, m.retries, m.duration)
+	m.reg.MustRegister(m.lastScheduled, m.lastSuccess, m.lastResult, m.runs, m.retries, m.duration, m.linesCut)
 	return m
 }
 
@@ -80,6 +83,13 @@ func (m *CronMetrics) seed(ctx context.Context, c engine.Store, root string, j *
 func (m *CronMetrics) observe(job string, r state.FiringRecord) {
 	m.note(job, r, true)
 	m.flush()
+}
+
+// cutLines counts the long lines of a run's output cut for the journal.
+func (m *CronMetrics) cutLines(job string, n int64) {
+	if n > 0 {
+		m.linesCut.WithLabelValues(job).Add(float64(n))
+	}
 }
 
 // retried counts a firing this host runs again.

@@ -41,7 +41,7 @@ func (h *cronHost) takeRequest(loop, ctx context.Context, j *CronJob, k string, 
 	}
 	var req state.CronRequest
 	bad := json.Unmarshal(b, &req) != nil
-	if due := state.RetryDue(req, h.stamp()); !bad && due > 0 {
+	if due := state.RetryDue(req, h.now()); !bad && due > 0 {
 		h.mu.Lock()
 		waiting := h.dueLater[node]
 		h.dueLater[node] = true
@@ -130,7 +130,7 @@ func (h *cronHost) serveRequest(ctx context.Context, j *CronJob, req state.CronR
 // its record still says it failed at the attempt the request names; the
 // write that claims the retry is conditional on the record's version.
 func (h *cronHost) serveRetry(ctx context.Context, j *CronJob, req state.CronRequest) {
-	if d := state.RetryDue(req, h.stamp()); d > 0 {
+	if d := state.RetryDue(req, h.now()); d > 0 {
 		t := time.NewTimer(d)
 		defer t.Stop()
 		select {
@@ -157,7 +157,7 @@ func (h *cronHost) serveRetry(ctx context.Context, j *CronJob, req state.CronReq
 		case <-ev:
 		}
 	}
-	step, ok := state.RetryFailed(rec, req, h.claimant(j), h.stamp())
+	step, ok := state.RetryFailed(rec, req, h.claimant(j), h.now())
 	if !ok {
 		return
 	}
@@ -203,7 +203,7 @@ func (h *cronHost) scanLosses(loop, ctx context.Context, j *CronJob, live []stri
 		if json.Unmarshal(b, &rec) != nil || !state.LostWithHost(rec, alive) {
 			continue
 		}
-		step, ok := state.LoseWithHost(rec, h.claimant(j), h.isStopping(), h.stamp(), j.rules())
+		step, ok := state.LoseWithHost(rec, h.claimant(j), h.isStopping(), h.now(), j.rules())
 		if !ok {
 			// Left to a host that will run it: this one starts no job,
 			// and would record the retry lost at once. With no host
@@ -216,12 +216,13 @@ func (h *cronHost) scanLosses(loop, ctx context.Context, j *CronJob, live []stri
 			// ErrVersion: another host recorded it first.
 			continue
 		}
-		h.s.log.Warn("firing lost with its host", "job", j.Name, "scheduled", rec.Scheduled.Format(time.RFC3339),
-			"host", rec.Host, "pid", rec.PID, "attempt", rec.Attempts(), "run_again", step.Run)
 		if !step.Run {
+			// Its end line says lost, with the host it was lost with.
 			h.ended(j, step.Rec)
 			continue
 		}
+		h.s.log.Warn("firing lost with its host; running it again here", "job", j.Name, "scheduled", rec.Scheduled.Format(time.RFC3339),
+			"host", rec.Host, "pid", rec.PID, "attempt", rec.Attempts())
 		if h.o.Metrics != nil {
 			h.o.Metrics.retried(j.Name)
 		}

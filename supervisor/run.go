@@ -219,6 +219,9 @@ type holding struct {
 	// kill grace) once it has run that long; run then reports
 	// errTimedOut.
 	maxRuntime time.Duration
+	// endLogged: the caller logs the job's end itself (cron: one line per
+	// firing's end, with its result), so run does not.
+	endLogged bool
 }
 
 // waitToStart is the time between taking the lock and starting the job:
@@ -341,7 +344,9 @@ func (h *holding) run(ctx context.Context, spec jobSpec, armed *guardedJob) (int
 			case timedOut && r.Reason == reasonStopped:
 				return r.Code, fmt.Errorf("%w after %v (exit %d)", errTimedOut, h.maxRuntime, r.Code)
 			}
-			log.Info("job finished", "exit", r.Code, "signal", r.Signal)
+			if !h.endLogged {
+				log.Info("job finished", "exit", r.Code, "signal", r.Signal)
+			}
 			return r.Code, nil
 		}
 	}

@@ -52,6 +52,7 @@ from it; --peers only matters the first time.
 	f.Duration("min-session-timeout", 4*time.Second, "smallest session timeout granted")
 	f.Duration("max-session-timeout", 40*time.Second, "largest session timeout granted")
 	f.Int("max-data-bytes", 1<<20, "largest znode data accepted")
+	f.Bool("enforce-quota", false, "refuse creates and setData past a ZooKeeper hard quota (zkCli setquota -N/-B) with QUOTAEXCEEDED, as ZooKeeper's zookeeper.enforceQuota; off, as in ZooKeeper 3.8, the stats are kept but nothing is refused")
 	f.Int("max-tree-nodes", 1_000_000, "znodes the tree may hold: writes that would create more are refused (QUOTAEXCEEDED) until znodes are deleted")
 	f.String("max-tree-bytes", "1GiB", "bytes of paths and data the tree may hold, with a unit (e.g. 512MiB): writes that would grow it past this are refused (QUOTAEXCEEDED)")
 	f.Int("max-client-conns", 60, "client connections open at once from one IP address (ZooKeeper's maxClientCnxns); 0: no cap")
@@ -118,6 +119,7 @@ func runServer(cmd *cobra.Command, _ []string) error {
 		SnapshotRetain:    v.GetInt("snapshot-retain"),
 		SnapshotInterval:  v.GetDuration("snapshot-interval"),
 		MaxTreeNodes:      v.GetInt("max-tree-nodes"),
+		EnforceQuota:      v.GetBool("enforce-quota"),
 		TrailingLogs:      v.GetUint64("trailing-logs"),
 		AdminAddr:         v.GetString("admin-addr"),
 		Pprof:             v.GetBool("admin-pprof"),

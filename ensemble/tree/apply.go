@@ -140,6 +140,9 @@ type Txn struct {
 	Ops      []Op
 	Timeout  int32  // TxnCreateSession: negotiated timeout in ms
 	Password []byte // TxnCreateSession: the session password chosen by the proposer
+	// EnforceQuota: refuse creates and setData past a ZooKeeper hard
+	// quota (zookeeper.enforceQuota), as the proposer was configured.
+	EnforceQuota bool
 
 	// preX509: decoded from a log entry written before coordrun knew the
 	// x509 scheme, which nonetheless names it. Such an entry was applied
@@ -166,6 +169,9 @@ type Result struct {
 	Ops []OpResult
 	// SessionID is the new session's id, for TxnCreateSession.
 	SessionID int64
+	// Quotas lists the ZooKeeper quotas the ops went past while the
+	// proposer enforced them, for the member to log as ZooKeeper does.
+	Quotas []QuotaPassed
 	// Events lists the changes made, in order, for the watch manager.
 	Events []Event
 }
@@ -286,6 +292,10 @@ func (t *Tree) applyOps(txn *Txn, zxid int64) Result {
 	t.logging = txn.Multi
 	t.undo = t.undo[:0]
 	t.emptied = t.emptied[:0]
+	t.passed = nil
+	if txn.Multi && t.quotaBase == nil {
+		t.quotaBase = make(map[string][]byte)
+	}
 	var events []Event
 	failed := -1
 	for i := range txn.Ops {
@@ -318,8 +328,10 @@ func (t *Tree) applyOps(txn *Txn, zxid int64) Result {
 	}
 	clear(t.undo)
 	t.undo = t.undo[:0]
+	clear(t.quotaBase)
 	t.logging = false
 	res.Events = events
+	res.Quotas, t.passed = t.passed, nil
 	return res
 }
 
@@ -393,6 +405,9 @@ func (t *Tree) create(txn *Txn, op *Op, r *OpResult, zxid int64, events []Event)
 	if isEphemeralOwner(parent.stat.EphemeralOwner) {
 		return events, ErrNoChildrenForEphemerals
 	}
+	if err := t.checkQuota(txn, path, int64(len(op.Data)), 1); err != nil {
+		return events, err
+	}
 
 	_, name := splitPath(path)
 	data := cloneBytes(op.Data)
@@ -417,6 +432,7 @@ func (t *Tree) create(txn *Txn, op *Op, r *OpResult, zxid int64, events []Event)
 		t.unlink(path, parent, name, n)
 		parent.stat = old
 	})
+	t.quotaCreated(path, n)
 	r.Path = path
 	r.Stat = n.stat
 	return append(events,
@@ -470,6 +486,7 @@ func (t *Tree) deleteNode(path string, parent *node, parentPath, name string, n 
 		t.link(path, parent, name, n)
 		parent.stat = old
 	})
+	t.quotaDeleted(path, n)
 	return append(events,
 		Event{Type: EventDeleted, Path: path, ACL: n.acl.acl},
 		Event{Type: EventChildrenChanged, Path: parentPath, ACL: parent.acl.acl})
@@ -509,6 +526,10 @@ func (t *Tree) setData(txn *Txn, op *Op, r *OpResult, zxid int64, events []Event
 	if !permitted(n.acl.acl, PermWrite, txn.Auth) {
 		return events, ErrNoAuth
 	}
+	// ZooKeeper checks the quota between the ACL and the version.
+	if err := t.checkQuota(txn, op.Path, int64(len(op.Data)-len(n.data)), 0); err != nil {
+		return events, err
+	}
 	if op.Version != -1 && op.Version != n.stat.Version {
 		return events, ErrBadVersion
 	}
@@ -523,6 +544,9 @@ func (t *Tree) setData(txn *Txn, op *Op, r *OpResult, zxid int64, events []Event
 		t.dataSize += int64(len(oldData) - len(n.data))
 		n.data, n.stat = oldData, oldStat
 	})
+	if q, ok := t.quotaPrefix(op.Path); ok {
+		t.addQuotaStats(q, int64(len(n.data)-len(oldData)), 0)
+	}
 	r.Stat = n.stat
 	return append(events, Event{Type: EventDataChanged, Path: op.Path, ACL: n.acl.acl}), nil
 }

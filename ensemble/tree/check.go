@@ -92,6 +92,9 @@ func (t *Tree) Check() error {
 	if ephemerals != t.ephemerals {
 		return fmt.Errorf("ephemeral count %d, counted %d", t.ephemerals, ephemerals)
 	}
+	if err := t.checkQuotas(); err != nil {
+		return err
+	}
 	if len(refs) != len(t.acls) {
 		return fmt.Errorf("%d interned ACLs, %d in use", len(t.acls), len(refs))
 	}

@@ -36,4 +36,7 @@ var (
 	// ErrUnreadable fails a multi as a whole where ZooKeeper 3.8 fails to
 	// process it (MARSHALLINGERROR): a plain create with a TTL mode.
 	ErrUnreadable = errors.New("request could not be processed")
+	// ErrQuotaExceeded: a create or setData past a ZooKeeper hard quota
+	// under /zookeeper/quota, while the proposer enforces them.
+	ErrQuotaExceeded = errors.New("quota exceeded")
 )

@@ -293,6 +293,7 @@ func (d *snapDecoder) tree() (*Tree, error) {
 	if t.nodes[rootPath] == nil {
 		return nil, fmt.Errorf("%w: no root", errCorruptSnapshot)
 	}
+	t.rebuildQuotas()
 	if err := t.Check(); err != nil {
 		return nil, fmt.Errorf("%w: %w", errCorruptSnapshot, err)
 	}

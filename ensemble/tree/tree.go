@@ -79,13 +79,18 @@ type Tree struct {
 	sessions    map[int64]*session
 	nextSession int64 // next session id to hand out; 0 until the first session
 	acls        map[string]*aclEntry
-	dataSize    int64 // sum over nodes of len(path)+len(data)
-	ephemerals  int   // number of session-owned nodes
+	dataSize    int64               // sum over nodes of len(path)+len(data)
+	ephemerals  int                 // number of session-owned nodes
+	quotas      map[string]struct{} // paths with a ZooKeeper quota (quota.go)
 
 	// Per-Apply scratch space, reused to avoid allocation.
 	undo    []func()
 	logging bool
 	emptied []string // containers that lost a child during this txn
+	// quotaBase holds stats nodes' data from before this txn; passed the
+	// quotas its writes went past.
+	quotaBase map[string][]byte
+	passed    []QuotaPassed
 }
 
 func newEmpty() *Tree {
@@ -93,6 +98,7 @@ func newEmpty() *Tree {
 		nodes:    make(map[string]*node),
 		sessions: make(map[int64]*session),
 		acls:     make(map[string]*aclEntry),
+		quotas:   make(map[string]struct{}),
 	}
 }
 
@@ -414,6 +420,7 @@ func (t *Tree) Clone() *Tree {
 		acls:        make(map[string]*aclEntry, len(t.acls)),
 		dataSize:    t.dataSize,
 		ephemerals:  t.ephemerals,
+		quotas:      maps.Clone(t.quotas),
 	}
 	for k, e := range t.acls {
 		c.acls[k] = &aclEntry{key: e.key, acl: e.acl, refs: e.refs}

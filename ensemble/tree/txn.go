@@ -19,6 +19,10 @@ const (
 	// with the scheme unknown, and is replayed that way. A member that
 	// predates it refuses the flag, like any unknown one.
 	flagX509 byte = 4
+	// flagEnforceQuota carries Txn.EnforceQuota. It is set only while
+	// enforcement is on, so members that predate it read every other
+	// entry.
+	flagEnforceQuota byte = 8
 )
 
 // errCorruptTxn is wrapped by every UnmarshalBinary failure.
@@ -42,6 +46,9 @@ func (t *Txn) MarshalBinary() ([]byte, error) {
 		}
 		if t.dependsOnX509() && !t.preX509 {
 			flags |= flagX509
+		}
+		if t.EnforceQuota {
+			flags |= flagEnforceQuota
 		}
 		b = append(b, flags)
 		b = appendLen(b, len(t.Auth), t.Auth == nil)
@@ -146,10 +153,11 @@ func (t *Txn) UnmarshalBinary(b []byte) error {
 		out.Session = d.varint()
 		out.Time = d.varint()
 		flags = d.byte()
-		if flags&^(flagMulti|flagX509) != 0 {
+		if flags&^(flagMulti|flagX509|flagEnforceQuota) != 0 {
 			d.fail("unknown flags")
 		}
 		out.Multi = flags&flagMulti != 0
+		out.EnforceQuota = flags&flagEnforceQuota != 0
 		if n, isNil := d.count(2); !isNil {
 			out.Auth = make([]Identity, n)
 			for i := range out.Auth {

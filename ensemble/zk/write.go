@@ -30,7 +30,7 @@ type Plan struct {
 // once.
 func PlanWrite(req *Request, s Session, lim Limits) Plan {
 	p := Plan{op: req.Op}
-	txn := &tree.Txn{Kind: tree.TxnOps, Session: s.ID, Auth: s.Auth}
+	txn := &tree.Txn{Kind: tree.TxnOps, Session: s.ID, Auth: s.Auth, EnforceQuota: lim.EnforceQuota}
 	if req.Op != wire.OpMulti {
 		op, code, ok := planOp(req.Op, req.Path, req.Data, req.ACL, req.Flags, req.Version, lim, false)
 		switch {

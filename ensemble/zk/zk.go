@@ -35,6 +35,10 @@ type Session struct {
 // Limits are the member's bounds on what a write may carry.
 type Limits struct {
 	MaxData int // largest znode data accepted, in bytes
+	// EnforceQuota makes writes past a ZooKeeper hard quota fail with
+	// QUOTAEXCEEDED (zookeeper.enforceQuota); the tree decides, with the
+	// flag the txn carries.
+	EnforceQuota bool
 }
 
 // SchemeX509 is the ACL scheme of client certificate identities.
@@ -70,6 +74,8 @@ func CodeOf(err error) wire.Code {
 		return wire.ErrUnimplemented
 	case errors.Is(err, tree.ErrUnreadable):
 		return wire.ErrMarshallingError
+	case errors.Is(err, tree.ErrQuotaExceeded):
+		return wire.ErrQuotaExceeded
 	}
 	var c wire.Code
 	if errors.As(err, &c) {

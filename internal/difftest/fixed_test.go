@@ -20,6 +20,7 @@ var fixedSequences = []struct {
 	name string
 	seq  []Op
 }{
+	{name: "zookeeper-quotas", seq: quotaSequence},
 	{name: "sync-of-a-4-byte-character", seq: []Op{
 		{S: 0, Code: wire.OpCreate, Path: "{R}/b", Data: Data{Kind: DataEmpty}, Flags: wire.FlagPersistent, ACL: "open"},
 		{S: 0, Code: wire.OpSync, Path: "{R}/b/\U0001F600"},

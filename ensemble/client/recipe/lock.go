@@ -15,6 +15,7 @@ import (
 
 	"github.com/coordrun/coordrun/ensemble/client"
 	"github.com/coordrun/coordrun/ensemble/wire"
+	"github.com/coordrun/coordrun/supervisor/state"
 )
 
 // ErrNotAcquired is returned by TryAcquire when another contender holds
@@ -51,8 +52,8 @@ type Entry struct {
 	node  string // full path of our queue node, once created
 	czxid int64  // its czxid: the fencing token
 
-	lastHolder RunInfo   // the run node's data as last seen while waiting
-	suspect    suspicion // evidence of interference with the previous holder
+	lastHolder RunInfo         // the run node's data as last seen while waiting
+	suspect    state.Suspicion // evidence of interference with the previous holder
 
 	// Set once held.
 	held        bool
@@ -221,7 +222,7 @@ func (e *Entry) waitBehind(ctx context.Context, q []string, pos int, rec []byte,
 // whose work may still go on (or, trying, give up). held reports the lock
 // taken; neither held nor an error means look again.
 func (e *Entry) atHead(ctx context.Context, q []string, rec string, recVersion int32, try bool, report func(Status)) (held bool, err error) {
-	if x, ok := stoppingOf(rec); ok && e.suspect.owner != x {
+	if x, ok := stoppingOf(rec); ok && e.suspect.Owner != x {
 		// Its nodes may both be gone by now, as after a crash; its record
 		// says otherwise. (Once only: a holder that died stopping must not
 		// block the lock for ever.)
@@ -231,17 +232,17 @@ func (e *Entry) atHead(ctx context.Context, q []string, rec string, recVersion i
 		}
 		e.suspectHolder(x, info, evidenceStopping)
 	}
-	if s := e.suspect; s.blocks(rec, time.Now()) {
+	if s := e.suspect; s.Blocks(rec, time.Now()) {
 		// The previous holder's work may still go on. Wait for it to
 		// record its release (it does once its work is over, unless
 		// someone took the lock since), or for its work to be over
 		// whatever happened, before taking: taking would write the record
 		// over.
-		report(Status{Position: 0, Length: len(q), HolderNode: s.owner, Holder: e.lastHolder.HolderInfo, Stopping: true})
+		report(Status{Position: 0, Length: len(q), HolderNode: s.Owner, Holder: e.lastHolder.HolderInfo, Stopping: true})
 		if try {
 			return false, ErrNotAcquired
 		}
-		return false, e.awaitRecord(ctx, rec, s.until)
+		return false, e.awaitRecord(ctx, rec, s.Until)
 	}
 	ok, busy, err := e.take(ctx, rec, recVersion)
 	if err != nil {
@@ -268,9 +269,9 @@ func (e *Entry) atHead(ctx context.Context, q []string, rec string, recVersion i
 
 func (e *Entry) suspectHolder(owner string, info Info, why string) {
 	now := time.Now()
-	s, fresh := e.suspect.raise(owner, info, e.info, why, now)
+	s, fresh := e.suspect.Raise(owner, info, e.info, why, now)
 	if fresh {
-		e.log.Warn("lock nodes changed by another client; the previous holder's job may still run", "lock_dir", e.dir, "holder_node", owner, "evidence", why, "wait_at_most", s.until.Sub(now).Round(time.Millisecond))
+		e.log.Warn("lock nodes changed by another client; the previous holder's job may still run", "lock_dir", e.dir, "holder_node", owner, "evidence", why, "wait_at_most", s.Until.Sub(now).Round(time.Millisecond))
 	}
 	e.suspect = s
 }
@@ -286,7 +287,7 @@ func (e *Entry) rejoin(ctx context.Context, why string) error {
 	}
 	holder := e.lastHolder
 	if holder.Node == "" {
-		holder.Node = unknownOwner
+		holder.Node = state.UnknownOwner
 	}
 	e.suspectHolder(holder.Node, holder.HolderInfo, why)
 	e.log.Warn("queue node deleted by another client; joining the queue again", "node", e.node, "reason", why)
@@ -493,14 +494,14 @@ func (e *Entry) runInfo(stopping bool) RunInfo {
 // without releasing (or someone deleted its nodes): the record it left
 // still named it as holder.
 func (e *Entry) UncleanHandoff() bool {
-	return unclean(e.prevRecord, path.Base(e.node))
+	return state.Unclean(e.prevRecord, path.Base(e.node))
 }
 
 // MustWait is how long the new holder must still wait before its work may
 // start because the previous holder's work may still run (interference
 // seen, and no confirmation of its end), and the evidence.
 func (e *Entry) MustWait() (time.Duration, string) {
-	return e.suspect.mustWait(e.prevRecord, time.Now())
+	return e.suspect.MustWait(e.prevRecord, time.Now())
 }
 
 // Release gives up the entry's place. A holder whose standing is intact

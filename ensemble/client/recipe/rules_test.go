@@ -77,77 +77,6 @@ func TestOutlives(t *testing.T) {
 	}
 }
 
-func TestSuspicionRaise(t *testing.T) {
-	t0 := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
-	own := Info{SessionTimeoutMS: 6000, KillGraceMS: 1000}
-	theirs := Info{SessionTimeoutMS: 2000, KillGraceMS: 500}
-	for _, c := range []struct {
-		name      string
-		before    suspicion
-		owner     string
-		info      Info
-		at        time.Time
-		wantUntil time.Time
-		wantFresh bool
-	}{
-		{"first evidence: the holder's own bounds", suspicion{}, "lock-a-1", theirs, t0,
-			t0.Add(2500*time.Millisecond + state.KillSlack), true},
-		{"bounds unknown: ours", suspicion{}, "lock-a-1", Info{}, t0,
-			t0.Add(7000*time.Millisecond + state.KillSlack), true},
-		{"same owner later: extended", suspicion{owner: "lock-a-1", until: t0.Add(time.Second), why: "old"}, "lock-a-1", theirs, t0.Add(time.Second),
-			t0.Add(time.Second + 2500*time.Millisecond + state.KillSlack), false},
-		{"same owner, shorter bound: kept", suspicion{owner: "lock-a-1", until: t0.Add(time.Hour), why: "old"}, "lock-a-1", theirs, t0,
-			t0.Add(time.Hour), false},
-		{"another owner: replaced, even if sooner", suspicion{owner: "lock-a-1", until: t0.Add(time.Hour)}, "lock-b-2", theirs, t0,
-			t0.Add(2500*time.Millisecond + state.KillSlack), true},
-	} {
-		t.Run(c.name, func(t *testing.T) {
-			got, fresh := c.before.raise(c.owner, c.info, own, "why", c.at)
-			if got.owner != c.owner || !got.until.Equal(c.wantUntil) || fresh != c.wantFresh {
-				t.Errorf("raise = %+v fresh %v, want owner %s until %v fresh %v", got, fresh, c.owner, c.wantUntil, c.wantFresh)
-			}
-			if !got.until.Equal(c.before.until) && got.why != "why" {
-				t.Errorf("a new bound keeps the old evidence %q", got.why)
-			}
-		})
-	}
-}
-
-func TestSuspicionBlocksAndMustWait(t *testing.T) {
-	t0 := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
-	s := suspicion{owner: "lock-a-1", until: t0.Add(3 * time.Second), why: evidenceRunOrphaned}
-	for _, c := range []struct {
-		name     string
-		s        suspicion
-		record   string
-		at       time.Time
-		blocks   bool
-		mustWait time.Duration
-	}{
-		{"none", suspicion{}, "held lock-a-1", t0, false, 0},
-		{"suspected holder still recorded as holding", s, "held lock-a-1", t0, true, 3 * time.Second},
-		{"another holder recorded since", s, "held lock-c-3", t0.Add(time.Second), true, 2 * time.Second},
-		{"suspected holder released", s, "released lock-a-1", t0, false, 0},
-		{"another released: no confirmation", s, "released lock-c-3", t0, true, 3 * time.Second},
-		{"empty record", s, "", t0, true, 3 * time.Second},
-		{"bound passed", s, "held lock-a-1", t0.Add(3 * time.Second), false, 0},
-		{"bound long passed", s, "held lock-a-1", t0.Add(time.Minute), false, -57 * time.Second},
-	} {
-		t.Run(c.name, func(t *testing.T) {
-			if got := c.s.blocks(c.record, c.at); got != c.blocks {
-				t.Errorf("blocks(%q) at +%v = %v, want %v", c.record, c.at.Sub(t0), got, c.blocks)
-			}
-			w, why := c.s.mustWait(c.record, c.at)
-			if w != c.mustWait {
-				t.Errorf("mustWait(%q) at +%v = %v, want %v", c.record, c.at.Sub(t0), w, c.mustWait)
-			}
-			if confirmed := c.s.owner == "" || c.record == "released "+c.s.owner; confirmed != (why == "") {
-				t.Errorf("mustWait = %v with evidence %q", w, why)
-			}
-		})
-	}
-}
-
 func TestEvidence(t *testing.T) {
 	q := []string{"lock-b-0000000002", "lock-c-0000000003"}
 	// The run node's owner, as the head of the queue finds it taken.
@@ -176,24 +105,6 @@ func TestEvidence(t *testing.T) {
 	} {
 		if got := headWithoutRun(c.record, q[0]); got != c.want {
 			t.Errorf("headWithoutRun(%q, %s) = %v, want %v", c.record, q[0], got, c.want)
-		}
-	}
-}
-
-func TestUnclean(t *testing.T) {
-	for _, c := range []struct {
-		record, me string
-		want       bool
-	}{
-		{"", "lock-b-2", false},                  // first holder
-		{"released lock-a-1", "lock-b-2", false}, // clean handoff
-		{"held lock-a-1", "lock-b-2", true},      // its session ended holding
-		{"held lock-b-2", "lock-b-2", false},     // our own, from a take whose reply was lost
-		{"stopping lock-a-1", "lock-b-2", true},  // it lost its standing and never released
-		{"something else", "lock-b-2", false},
-	} {
-		if got := unclean(c.record, c.me); got != c.want {
-			t.Errorf("unclean(%q, %s) = %v, want %v", c.record, c.me, got, c.want)
 		}
 	}
 }

@@ -51,7 +51,8 @@ type Server struct {
 // temporary one named after prefix, and returns once it answers "ruok".
 // tickTime is 200 ms, so sessions expire within a fifth of a second of
 // their timeout, and the session timeouts it grants span 400 ms to 20 s.
-func Start(java, prefix string, ask FourLetterFunc) (*Server, error) {
+// props are Java system properties for it ("zookeeper.enforceQuota=true").
+func Start(java, prefix string, ask FourLetterFunc, props ...string) (*Server, error) {
 	dir, err := os.MkdirTemp("", prefix)
 	if err != nil {
 		return nil, err
@@ -77,9 +78,13 @@ admin.enableServer=false
 		os.RemoveAll(dir)
 		return nil, err
 	}
-	cmd := exec.Command(java, "-cp", "/etc/zookeeper/conf:"+Jar,
-		"-Dzookeeper.log.dir="+dir, "-Dzookeeper.root.logger=INFO,CONSOLE",
-		"org.apache.zookeeper.server.ZooKeeperServerMain", cfgPath)
+	args := []string{"-cp", "/etc/zookeeper/conf:" + Jar,
+		"-Dzookeeper.log.dir=" + dir, "-Dzookeeper.root.logger=INFO,CONSOLE"}
+	for _, p := range props {
+		args = append(args, "-D"+p)
+	}
+	args = append(args, "org.apache.zookeeper.server.ZooKeeperServerMain", cfgPath)
+	cmd := exec.Command(java, args...)
 	out, err := os.Create(filepath.Join(dir, "zookeeper.out"))
 	if err != nil {
 		os.RemoveAll(dir)

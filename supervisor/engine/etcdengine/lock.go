@@ -93,7 +93,7 @@ type entry struct {
 	rev  int64  // its create revision: the token
 
 	lastHolder state.RunInfo // the run record as last seen while waiting
-	suspect    suspicion
+	suspect    state.Suspicion
 	obs        leaseObs // the lease of the contender waited on, as last asked
 	gone       string   // the entry whose lease's end was judged: judged once
 	// obsSeen is set once obs was first filled in (tests wait for it).
@@ -290,8 +290,8 @@ func (e *entry) atHead(ctx context.Context, s snapshot, q []string, try bool, re
 			return false, err
 		}
 	}
-	if e.suspect.blocks(s.record, time.Now()) {
-		report(engine.Status{Position: 0, Length: len(q), HolderNode: e.suspect.owner, Holder: e.lastHolder.HolderInfo, Stopping: true})
+	if e.suspect.Blocks(s.record, time.Now()) {
+		report(engine.Status{Position: 0, Length: len(q), HolderNode: e.suspect.Owner, Holder: e.lastHolder.HolderInfo, Stopping: true})
 		if try {
 			return false, engine.ErrNotAcquired
 		}
@@ -326,9 +326,9 @@ func (e *entry) judge(ctx context.Context, x, record string) error {
 	before := e.suspect
 	e.gone = x
 	e.suspect = afterLease(e.suspect, e.obs, x, info, e.info, stopping, time.Now())
-	if e.suspect != before && e.suspect.owner != before.owner {
+	if e.suspect != before && e.suspect.Owner != before.Owner {
 		e.c.log.Warn("the previous holder's lease ended early; its job may still run",
-			"lock_dir", e.dir, "holder_node", x, "evidence", e.suspect.why, "wait_at_most", time.Until(e.suspect.until).Round(time.Millisecond))
+			"lock_dir", e.dir, "holder_node", x, "evidence", e.suspect.Why, "wait_at_most", time.Until(e.suspect.Until).Round(time.Millisecond))
 	}
 	return nil
 }
@@ -373,8 +373,8 @@ func (e *entry) holderInfo(x string) state.HolderInfo {
 // recheck is when a head blocked by a suspicion looks again: at its end,
 // or when the suspected holder's lease is next due to be asked about.
 func (e *entry) recheck() time.Time {
-	until := e.suspect.until
-	if e.obs.owner == e.suspect.owner && e.gone != e.suspect.owner {
+	until := e.suspect.Until
+	if e.obs.owner == e.suspect.Owner && e.gone != e.suspect.Owner {
 		if t := e.obs.pollAt(e.c.ttl / 3); t.Before(until) {
 			until = t
 		}
@@ -384,10 +384,10 @@ func (e *entry) recheck() time.Time {
 
 func (e *entry) suspectHolder(owner string, info state.HolderInfo, why string) {
 	now := time.Now()
-	s, fresh := e.suspect.raise(owner, info, e.info, why, now)
+	s, fresh := e.suspect.Raise(owner, info, e.info, why, now)
 	if fresh {
 		e.c.log.Warn("lock keys changed by another client; the previous holder's job may still run",
-			"lock_dir", e.dir, "holder_node", owner, "evidence", why, "wait_at_most", s.until.Sub(now).Round(time.Millisecond))
+			"lock_dir", e.dir, "holder_node", owner, "evidence", why, "wait_at_most", s.Until.Sub(now).Round(time.Millisecond))
 	}
 	e.suspect = s
 }
@@ -401,7 +401,7 @@ func (e *entry) rejoin(ctx context.Context, why string) error {
 	}
 	holder := e.lastHolder
 	if holder.Node == "" {
-		holder.Node = unknownOwner
+		holder.Node = state.UnknownOwner
 	}
 	e.suspectHolder(holder.Node, holder.HolderInfo, why)
 	e.c.log.Warn("queue entry deleted by another client; joining the queue again", "node", e.node, "reason", why)
@@ -448,10 +448,10 @@ func (e *entry) runInfo(stopping bool) state.RunInfo {
 	return state.RunInfo{Node: path.Base(e.node), Token: e.rev, HolderInfo: hi, Stopping: stopping}
 }
 
-func (e *entry) UncleanHandoff() bool { return unclean(e.prevRecord, path.Base(e.node)) }
+func (e *entry) UncleanHandoff() bool { return state.Unclean(e.prevRecord, path.Base(e.node)) }
 
 func (e *entry) MustWait() (time.Duration, string) {
-	return e.suspect.mustWait(e.prevRecord, time.Now())
+	return e.suspect.MustWait(e.prevRecord, time.Now())
 }
 
 // awaitDeleted waits until key is deleted after revision rev, or timeout

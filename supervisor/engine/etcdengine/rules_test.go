@@ -87,29 +87,29 @@ func TestAfterLease(t *testing.T) {
 	obs := leaseObs{owner: "x", sent: t0, recv: t0.Add(10 * time.Millisecond), left: 6 * time.Second}
 	for _, tc := range []struct {
 		name     string
-		s        suspicion
+		s        state.Suspicion
 		o        leaseObs
 		stopping bool
 		now      time.Time
 		until    time.Time // zero: no suspicion
 	}{
-		{"gone before it could expire: revoked", suspicion{}, obs, false, t0.Add(2 * time.Second), t0.Add(2 * time.Second).Add(outlives)},
-		{"gone in the second rounding leaves open", suspicion{}, obs, false, t0.Add(6500 * time.Millisecond), t0.Add(10*time.Millisecond + 7*time.Second + state.KillSlack)},
-		{"gone after it could expire: expired, taken at once", suspicion{}, obs, false, t0.Add(8 * time.Second), time.Time{}},
-		{"expired after keys were deleted: the kill grace is left", suspicion{owner: "x", until: t0.Add(time.Minute)}, obs, false, t0.Add(8 * time.Second), t0.Add(8 * time.Second).Add(grace)},
-		{"never observed, held record: taken as expired", suspicion{}, leaseObs{}, false, t0, time.Time{}},
-		{"never observed, stopping record: the kill grace", suspicion{}, leaseObs{}, true, t0, t0.Add(grace)},
-		{"observed another: no evidence", suspicion{}, leaseObs{owner: "y", sent: t0, recv: t0, left: time.Minute}, false, t0, time.Time{}},
+		{"gone before it could expire: revoked", state.Suspicion{}, obs, false, t0.Add(2 * time.Second), t0.Add(2 * time.Second).Add(outlives)},
+		{"gone in the second rounding leaves open", state.Suspicion{}, obs, false, t0.Add(6500 * time.Millisecond), t0.Add(10*time.Millisecond + 7*time.Second + state.KillSlack)},
+		{"gone after it could expire: expired, taken at once", state.Suspicion{}, obs, false, t0.Add(8 * time.Second), time.Time{}},
+		{"expired after keys were deleted: the kill grace is left", state.Suspicion{Owner: "x", Until: t0.Add(time.Minute)}, obs, false, t0.Add(8 * time.Second), t0.Add(8 * time.Second).Add(grace)},
+		{"never observed, held record: taken as expired", state.Suspicion{}, leaseObs{}, false, t0, time.Time{}},
+		{"never observed, stopping record: the kill grace", state.Suspicion{}, leaseObs{}, true, t0, t0.Add(grace)},
+		{"observed another: no evidence", state.Suspicion{}, leaseObs{owner: "y", sent: t0, recv: t0, left: time.Minute}, false, t0, time.Time{}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got := afterLease(tc.s, tc.o, "x", info, info, tc.stopping, tc.now)
 			if tc.until.IsZero() {
-				if got.owner != "" {
+				if got.Owner != "" {
 					t.Fatalf("suspicion %+v, want none", got)
 				}
 				return
 			}
-			if got.owner != "x" || !got.until.Equal(tc.until) {
+			if got.Owner != "x" || !got.Until.Equal(tc.until) {
 				t.Fatalf("suspicion %+v, want x until %v", got, tc.until)
 			}
 		})

@@ -17,73 +17,8 @@ import (
 // stopped by its own watchdog, and one whose lease lives is known to
 // have been interfered with.
 
-// suspicion: a previous holder's work may still run although its keys
-// are gone, at most until until; its release record confirms its end
-// earlier.
-type suspicion struct {
-	owner string // its queue entry's base name
-	until time.Time
-	why   string
-}
-
-// unknownOwner stands for a holder never seen: no release record can
-// name it, so a suspicion of it runs its full length.
-const unknownOwner = "(unknown)"
-
-// raise returns the suspicion after new evidence against owner at now,
-// whose work outlives its standing by as much as info says (as much as
-// own's, when info does not say). A suspicion of the same owner is only
-// ever extended. fresh reports evidence against a new owner.
-func (s suspicion) raise(owner string, info, own state.HolderInfo, why string, now time.Time) (next suspicion, fresh bool) {
-	if info.SessionTimeoutMS == 0 {
-		info.SessionTimeoutMS, info.KillGraceMS = own.SessionTimeoutMS, own.KillGraceMS
-	}
-	until := now.Add(info.Outlives())
-	if s.owner == owner && s.until.After(until) {
-		return s, false
-	}
-	return suspicion{owner: owner, until: until, why: why}, s.owner != owner
-}
-
-// leaseGone shortens the suspicion once the owner's lease is known gone
-// at now: its session has ended, so its job hears of it at once (if its
-// lease was revoked) or was killed already (if it expired); either way
-// it is dead after the kill grace.
-func (s suspicion) leaseGone(info, own state.HolderInfo, now time.Time) suspicion {
-	grace := info.KillGraceMS
-	if info.SessionTimeoutMS == 0 {
-		grace = own.KillGraceMS
-	}
-	if until := now.Add(time.Duration(grace)*time.Millisecond + state.KillSlack); until.Before(s.until) {
-		s.until = until
-	}
-	return s
-}
-
-// blocks reports whether the suspicion keeps the head of the queue from
-// taking the lock at now, given the folder's record.
-func (s suspicion) blocks(record string, now time.Time) bool {
-	return s.owner != "" && record != state.RecordReleased+s.owner && now.Before(s.until)
-}
-
-// mustWait is how long a new holder, whose predecessor left record, must
-// still wait at now before its work may start.
-func (s suspicion) mustWait(record string, now time.Time) (time.Duration, string) {
-	if s.owner == "" || record == state.RecordReleased+s.owner {
-		return 0, ""
-	}
-	if d := s.until.Sub(now); d > 0 {
-		return d, s.why
-	}
-	return 0, ""
-}
-
-// unclean reports whether the record a new holder (entry me) found says
-// that the previous holder did not release.
-func unclean(record, me string) bool {
-	return strings.HasPrefix(record, state.RecordHeld) && record != state.RecordHeld+me ||
-		strings.HasPrefix(record, state.RecordStopping)
-}
+// The suspicion itself and its rules are state's (state.Suspicion), shared
+// with the ZooKeeper engine; etcd adds what a lease's end tells (afterLease).
 
 // recordOwner is the entry a "held" or "stopping" record names.
 func recordOwner(record string) (string, bool) {
@@ -165,28 +100,28 @@ const (
 //     kill grace.
 //   - never observed: a stopping record keeps the kill grace; otherwise
 //     the lease's end is taken as an expiry, as on ZooKeeper.
-func afterLease(s suspicion, o leaseObs, owner string, info, own state.HolderInfo, stopping bool, now time.Time) suspicion {
+func afterLease(s state.Suspicion, o leaseObs, owner string, info, own state.HolderInfo, stopping bool, now time.Time) state.Suspicion {
 	switch {
 	case o.owner != owner:
 		if stopping {
-			s, _ = s.raise(owner, info, own, evidenceStopping, now)
-			return s.leaseGone(info, own, now)
+			s, _ = s.Raise(owner, info, own, evidenceStopping, now)
+			return s.LeaseGone(info, own, now)
 		}
-		if s.owner == owner {
-			return s.leaseGone(info, own, now)
+		if s.Owner == owner {
+			return s.LeaseGone(info, own, now)
 		}
 		return s
 	case now.Before(o.sent.Add(o.left)):
-		next, _ := s.raise(owner, info, own, evidenceRevoked, now)
+		next, _ := s.Raise(owner, info, own, evidenceRevoked, now)
 		return next
 	case now.Before(o.recv.Add(o.left + time.Second)):
 		until := o.recv.Add(o.left + time.Second + state.KillSlack)
-		if s.owner == owner && s.until.After(until) {
+		if s.Owner == owner && s.Until.After(until) {
 			return s
 		}
-		return suspicion{owner: owner, until: until, why: evidenceLeaseEnded}
-	case s.owner == owner:
-		return s.leaseGone(info, own, now)
+		return state.Suspicion{Owner: owner, Until: until, Why: evidenceLeaseEnded}
+	case s.Owner == owner:
+		return s.LeaseGone(info, own, now)
 	}
 	return s
 }
