@@ -15,6 +15,7 @@ import (
 	"math/rand"
 	"os"
 	"os/signal"
+	"path"
 	"path/filepath"
 	"sort"
 	"strconv"
@@ -63,7 +64,7 @@ const chaosWritePeriod = 5 * time.Millisecond
 // chaosJobMain is the job. Lines it appends (one write(2) each, O_APPEND),
 // all times on CLOCK_BOOTTIME, which every process on the host shares:
 //
-//	runs.log:   start   <token> <host> <pid> <ns> <pinned> <stubborn>
+//	runs.log:   start   <token> <host> <pid> <ns> <pinned> <stubborn> <slot>
 //	            sig     <token> <host> <pid> <ns> TERM
 //	            end     <token> <host> <pid> <ns> exit|term
 //	            refused <token> <host> <pid> <ns> <high-water>
@@ -75,12 +76,16 @@ const chaosWritePeriod = 5 * time.Millisecond
 // in which the guard accepted the writes). A stale token ends it with 77,
 // as examples/fenced-store does. It runs for -hold, or, when it claims the
 // pin file, until it is killed. SIGTERM ends it unless -stubborn, which
-// leaves SIGKILL to the watchdog.
+// leaves SIGKILL to the watchdog. With -slot (a semaphore's holder) its
+// writes are fenced per slot: the guard's lock is the lock's name and the
+// slot (the folder of COORDRUN_LOCK_NODE), since tokens rise per slot and
+// holders of different slots run side by side; <slot> is "-" without.
 func chaosJobMain(args []string) int {
 	fs := flag.NewFlagSet(chaosJobArg, flag.ContinueOnError)
 	dir := fs.String("dir", "", "")
 	hold := fs.Duration("hold", time.Second, "")
 	stubborn := fs.Bool("stubborn", false, "")
+	slotted := fs.Bool("slot", false, "")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -89,7 +94,11 @@ func chaosJobMain(args []string) int {
 		fmt.Fprintln(os.Stderr, "chaos job:", err)
 		return 2
 	}
-	lock := os.Getenv(fencing.EnvLock)
+	lock, slot := os.Getenv(fencing.EnvLock), "-"
+	if *slotted {
+		slot = path.Base(path.Dir(os.Getenv(fencing.EnvLockNode)))
+		lock += "." + slot
+	}
 	host := os.Getenv(chaosHostVar)
 	if host == "" {
 		host = "-"
@@ -117,7 +126,7 @@ func chaosJobMain(args []string) int {
 	signal.Notify(sigs, syscall.SIGTERM)
 	// Exactly one job can rename the pin away.
 	pinned := os.Rename(filepath.Join(*dir, chaosPin), filepath.Join(*dir, fmt.Sprintf("%s.%d", chaosPin, pid))) == nil
-	line(runs, "start", fmt.Sprintf("%d %d", b2i(pinned), b2i(*stubborn)))
+	line(runs, "start", fmt.Sprintf("%d %d %s", b2i(pinned), b2i(*stubborn), slot))
 	var holdC <-chan time.Time
 	if !pinned {
 		holdC = time.After(*hold)
@@ -229,6 +238,7 @@ type chaosReport struct {
 	refused    int
 	lateWrites int
 	highWater  int64
+	maxAlive   int // most jobs alive at once (checkChaosSemaphore)
 	violations []string
 }
 
@@ -435,6 +445,7 @@ func (w *chaosWorld) hostLoop(k int, rng *rand.Rand) {
 		if rng.Intn(3) == 0 {
 			job = append(job, "-stubborn")
 		}
+		job = append(job, w.jobFlags...)
 		w.mu.Lock()
 		launch := w.launch
 		if launch == nil {

@@ -141,6 +141,15 @@ func (w *chaosWorld) verdict(lock string, began time.Time, extra []string) {
 		w.t.Fatal(err)
 	}
 	rep := checkChaos(w.dir, w.frozen, g, lock)
+	if w.holders > 1 {
+		rep = checkChaosSemaphore(w.dir, w.holders)
+		w.t.Logf("at most %d jobs alive at once (the semaphore's N: %d)", rep.maxAlive, w.holders)
+		if rep.maxAlive < w.holders {
+			// Not a violation of the invariant, but then the run did not
+			// test the semaphore.
+			extra = append(extra, fmt.Sprintf("never more than %d of %d slots held at once", rep.maxAlive, w.holders))
+		}
+	}
 	rep.violations = append(w.problems, rep.violations...)
 	rep.violations = append(rep.violations, w.exitProblems()...)
 	rep.violations = append(rep.violations, extra...)
@@ -217,6 +226,11 @@ type chaosWorld struct {
 	// retrying, and learns that its session ended (76) only when it
 	// reaches a member again.
 	cutHeals bool
+	// holders: the supervisors run a semaphore of that many slots (the
+	// records are checked by checkChaosSemaphore); jobFlags are added to
+	// every job's.
+	holders  int
+	jobFlags []string
 
 	// Under hostSet.mu.
 	live     map[string]*chaosIncarnation // by label
@@ -595,6 +609,9 @@ func (w *chaosWorld) foreignDelete(kind string, target chaosRec, faulted time.Ti
 	defer cancel()
 	c := w.foreignClient(ctx)
 	dir := path.Join("/coordrun/locks", w.r.lock)
+	if len(target.extra) > 2 && target.extra[2] != "-" {
+		dir = path.Join(dir, target.extra[2]) // a semaphore's: the holder's slot
+	}
 	retry := func(what string, op func() error) {
 		for {
 			err := op()

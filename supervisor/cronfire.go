@@ -212,7 +212,7 @@ func (h *cronHost) runFiring(ctx context.Context, j *CronJob, node string, rec *
 	// session may live.
 	wctx, endWrites := s.afterStop(ctx)
 	defer endWrites()
-	e, err := s.enter(wctx, h.paths(j).Lock(), j.Argv)
+	e, err := s.enter(wctx, h.paths(j).Lock(), j.Argv, j.Holders)
 	if err != nil {
 		*rec = state.Lose(*rec, err.Error(), rules).Rec
 		h.record(wctx, node, rec, &v)

@@ -31,6 +31,10 @@ type LockState struct {
 	// supervisors ran with credentials other than this session's, and no
 	// --acl granting read); nothing else is known of it.
 	Unreadable bool `json:"unreadable,omitempty"`
+	// A semaphore's (run --holders N): MaxHolders is its N, Holders every
+	// slot's holder (Holder is the first of them), Waiters its queue.
+	MaxHolders int               `json:"max_holders,omitempty"`
+	Holders    []state.Contender `json:"holders,omitempty"`
 }
 
 // Inspect reads the state of the named locks under root, or of every lock
@@ -75,6 +79,21 @@ func inspectLock(ctx context.Context, c engine.Conn, root, name string) (LockSta
 	if len(q.Contenders) > 0 {
 		ls.Holder = &q.Contenders[0]
 		ls.Waiters = append(ls.Waiters, q.Contenders[1:]...)
+		return ls, nil
+	}
+	sq, ok, err := engine.ListSemaphore(ctx, c, path.Join(root, name))
+	if err != nil {
+		return LockState{}, fmt.Errorf("lock %s: %w", name, err)
+	}
+	if ok {
+		ls.MaxHolders, ls.Holders = sq.Holders, sq.Holding
+		ls.Waiters = append(ls.Waiters, sq.Waiting...)
+		if len(sq.Holding) > 0 {
+			ls.Holder = &ls.Holders[0]
+		}
+		if len(sq.Stopping) > 0 {
+			ls.Stopping = &sq.Stopping[0]
+		}
 	}
 	return ls, nil
 }

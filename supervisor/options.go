@@ -78,6 +78,9 @@ type LockOptions struct {
 	LockDelay time.Duration // wait after a predecessor's session ended uncleanly
 	Timeout   time.Duration // longest wait for the lock; 0 waits forever
 	Try       bool          // do not wait at all
+	// Holders is how many contenders may hold the lock at once (a
+	// semaphore, engine.EnterSemaphore); 0 or 1: a lock.
+	Holders int
 }
 
 // Options configure one supervised run.
@@ -106,6 +109,9 @@ func (o *Options) Validate() error {
 	}
 	if o.LockDelay < 0 || o.Timeout < 0 {
 		return errNegative
+	}
+	if err := engine.CheckHolders(o.Holders); err != nil {
+		return err
 	}
 	if err := checkRecordCommand(o.RecordCommand); err != nil {
 		return err

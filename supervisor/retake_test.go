@@ -69,7 +69,7 @@ func TestRetakeJoinedBeforeRelease(t *testing.T) {
 	defer foreign.Close()
 
 	dir := path.Join(state.DefaultCronRoot, "retake", "lock")
-	inner, err := s.enter(ctx, dir, []string{"sleep"})
+	inner, err := s.enter(ctx, dir, []string{"sleep"}, 1)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -72,7 +72,7 @@ func Run(ctx context.Context, o Options) (int, error) {
 	dir := path.Join(o.Root, o.Name)
 	log.Info("waiting for lock", "lock", o.Name, "node_dir", dir, "session", s.conn.ID())
 
-	e, err := s.enter(ectx, dir, o.Argv)
+	e, err := s.enter(ectx, dir, o.Argv, o.Holders)
 	stopWatch()
 	if sig, ok := sigs.stopSignal(); ok {
 		// The entry, if one was made, goes with the session's close.

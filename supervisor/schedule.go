@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/coordrun/coordrun/supervisor/engine"
 	"github.com/coordrun/coordrun/supervisor/state"
 )
 
@@ -46,7 +47,10 @@ type CronJob struct {
 	// OutputBytes is how much of the end of a run's output (stdout and
 	// stderr) its record keeps; 0: none.
 	OutputBytes int
-	schedule    state.Schedule
+	// Holders is how many of the job's runs may go at once, across hosts
+	// (its lock a semaphore of that many slots); 0 or 1: one.
+	Holders  int
+	schedule state.Schedule
 }
 
 // Validate checks the job and parses its schedule, filling in the
@@ -72,6 +76,12 @@ func (j *CronJob) Validate() error {
 	}
 	if j.CatchUp < 0 {
 		return fmt.Errorf("job %s: negative catch-up window", j.Name)
+	}
+	if err := engine.CheckHolders(j.Holders); err != nil {
+		return fmt.Errorf("job %s: holders: %w", j.Name, err)
+	}
+	if j.Holders > 1 && j.Overlap == state.OverlapReplace {
+		return fmt.Errorf("job %s: holders %d with overlap replace: a replacing firing stops every earlier run, so only one would ever run; use overlap skip or queue", j.Name, j.Holders)
 	}
 	if j.RetryLost < 0 {
 		return fmt.Errorf("job %s: negative retry-lost", j.Name)

@@ -121,11 +121,16 @@ func later(a, b time.Time) time.Time {
 	return b
 }
 
-// enter joins the queue of the lock in dir as the contender running argv,
-// whose job can outlive its standing by the session timeout and the kill
-// grace with the margin.
-func (s *session) enter(ctx context.Context, dir string, argv []string) (engine.Entry, error) {
-	e, err := s.conn.Enter(ctx, dir, s.holderInfo(argv, s.recordFull))
+// enter joins the queue of the lock in dir (a semaphore of that many
+// holders, if more than 1) as the contender running argv, whose job can
+// outlive its standing by the session timeout and the kill grace with the
+// margin.
+func (s *session) enter(ctx context.Context, dir string, argv []string, holders int) (engine.Entry, error) {
+	info := s.holderInfo(argv, s.recordFull)
+	if holders > 1 {
+		info.Holders = holders
+	}
+	e, err := engine.EnterSemaphore(ctx, s.conn, dir, info)
 	return e, withAccessHint(err)
 }
 

@@ -35,6 +35,7 @@ type jobSpec struct {
 	MaxRuntime     string    `yaml:"max-runtime"`
 	Jitter         string    `yaml:"jitter"`
 	OutputBytes    *int      `yaml:"output-bytes"`
+	Holders        int       `yaml:"holders"`
 }
 
 // loadJobsFile reads a jobs file, naming the line of the first problem.
@@ -83,7 +84,7 @@ func loadJobsFile(file string) ([]*supervisor.CronJob, error) {
 		seen[s.Name] = n.Line
 		j := &supervisor.CronJob{Name: s.Name, Spec: s.Schedule, TZ: s.TZ, Overlap: s.Overlap, History: s.History, RetryLost: s.RetryLost,
 			HistorySuccess: s.HistorySuccess, HistoryFailed: s.HistoryFailed,
-			OutputBytes: 64 << 10}
+			OutputBytes: 64 << 10, Holders: s.Holders}
 		if s.OutputBytes != nil {
 			j.OutputBytes = *s.OutputBytes
 		}

@@ -40,6 +40,9 @@ anything, not even read, unless --acl adds it (--acl world:anyone:r);
 without, they are open to every client, with a warning. They show the
 command's name only, unless --record-command full. The command's
 environment never holds COORDRUN_AUTH.
+With --holders N, at most N hosts run the command at once, each with its
+own fencing token; every contender of the lock must give the same N (one
+that differs is refused, exit 64).
 If another client deletes or changes the holder's nodes while the command
 runs, the command is stopped (TERM, then KILL after --kill-grace) and
 coordrun exits 78.
@@ -59,6 +62,7 @@ func addRunFlags(cmd *cobra.Command) {
 	f.Duration("lock-delay", 0, "after a holder's session ended without releasing, wait this long before starting")
 	f.Duration("timeout", 0, "wait at most this long for the lock (0: forever)")
 	f.Bool("try", false, "do not wait: exit 75 if the lock is held")
+	f.Int("holders", 1, "let at most this many hosts run the command at once (a semaphore); every contender of the lock must give the same")
 	f.Int("conflict-exit-code", supervisor.ExitNotAcquired, "exit code when the lock is not acquired (--try, --timeout), as flock -E; 0 makes losing a success")
 	if cmd.Annotations == nil {
 		cmd.Annotations = map[string]string{}
@@ -104,6 +108,7 @@ func runRun(cmd *cobra.Command, args []string) error {
 			LockDelay: v.GetDuration("lock-delay"),
 			Timeout:   v.GetDuration("timeout"),
 			Try:       v.GetBool("try"),
+			Holders:   v.GetInt("holders"),
 		},
 		Argv:   args,
 		Log:    sc.log,
@@ -115,6 +120,9 @@ func runRun(cmd *cobra.Command, args []string) error {
 	}
 	if opts.Name == "" {
 		opts.Name = supervisor.DefaultName(args, shell)
+	}
+	if opts.Holders < 1 {
+		return usageError{fmt.Errorf("--holders %d: want 1 (a lock, the default) or more", opts.Holders)}
 	}
 	// Checked before the name is echoed: a bad one is said once, cut short.
 	if err := opts.Validate(); err != nil {

@@ -60,6 +60,10 @@ func printLocks(w io.Writer, locks []supervisor.LockState) {
 			fmt.Fprintf(tw, "%s\tunreadable\t\t\t\t\t\n", l.Name)
 		case l.Holder == nil && l.Stopping == nil:
 			fmt.Fprintf(tw, "%s\tfree\t\t\t\t\t\n", l.Name)
+		case len(l.Holders) > 0:
+			for i, h := range l.Holders {
+				row(tw, l.Name, fmt.Sprintf("holder %d/%d", i+1, l.MaxHolders), h)
+			}
 		case l.Holder != nil && l.Holder.Holding:
 			row(tw, l.Name, "holder", *l.Holder)
 		case l.Holder != nil:

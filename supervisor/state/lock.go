@@ -36,7 +36,15 @@ type HolderInfo struct {
 	// A successor that suspects interference waits that long.
 	SessionTimeoutMS int64 `json:"session_timeout_ms,omitempty"`
 	KillGraceMS      int64 `json:"kill_grace_ms,omitempty"`
+	// Holders is how many contenders may hold at once (a semaphore, see
+	// engine.EnterSemaphore); 0 or 1 is a lock. Every contender of one
+	// name must say the same.
+	Holders int `json:"holders,omitempty"`
 }
+
+// HolderCount is the Holders a record means: a record without the
+// field is a lock's.
+func (i HolderInfo) HolderCount() int { return max(i.Holders, 1) }
 
 // KillSlack is added to a contender's own bound: the kill of its work
 // must land and the processes be reaped.

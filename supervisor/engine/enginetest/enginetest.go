@@ -33,6 +33,7 @@ func Run(t *testing.T, dial Dial) {
 		{"Watches", watches},
 		{"Session", session},
 		{"LockQueue", lockQueue},
+		{"Semaphore", semaphore},
 	}
 	for i, c := range checks {
 		t.Run(c.name, func(t *testing.T) {
