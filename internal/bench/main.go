@@ -64,6 +64,7 @@ type config struct {
 
 func main() {
 	runHogIfChild()
+	runWorkerIfChild()
 	runRaftNodeIfChild()
 	var cfg config
 	_, zkErr := os.Stat("/usr/share/zookeeper")
