@@ -58,6 +58,7 @@ type compareConfig struct {
 	repeats      int
 	sessions     int
 	sessionsHold time.Duration
+	perWorker    int // sessions per worker process (workers.go)
 	hogs         []int // busy loops during the scale workloads, one run per count
 	fanoutWatch  int
 	fanoutRounds int
@@ -405,7 +406,7 @@ func runCompare(ctx context.Context, cfg config, cc compareConfig) error {
 			if err != nil {
 				return err
 			}
-			pool, err := startWorkers(cc.sessions, sessionsPerWorker, root)
+			pool, err := startWorkers(cc.sessions, cc.perWorker, root)
 			if err != nil {
 				hs.stop()
 				return err
