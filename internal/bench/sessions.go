@@ -200,9 +200,11 @@ func runSessions(ctx context.Context, s *system, pool *workerPool, hold time.Dur
 	res.Leaders, _ = watch.stop()
 
 	// Close them all at once; done when every server has closed its end.
+	profiled := profileMembers(ctx, s, n)
 	start = time.Now()
 	closed, err := pool.step(ctx, workerCmd{Op: "close"})
 	res.CloseMs = ms(time.Since(start))
+	profiled()
 	if err != nil {
 		return res, err
 	}
