@@ -58,7 +58,7 @@ type compareConfig struct {
 	repeats      int
 	sessions     int
 	sessionsHold time.Duration
-	perWorker    int // sessions per worker process (workers.go)
+	perWorker    int   // sessions per worker process (workers.go)
 	hogs         []int // busy loops during the scale workloads, one run per count
 	fanoutWatch  int
 	fanoutRounds int
