@@ -15,6 +15,10 @@ import (
 	"time"
 )
 
+// coordrunFlags is -coordrun-flags: extra flags for every coordrun
+// member (procs.go).
+var coordrunFlags []string
+
 // closeProfileDir is -profile-close ("": no profiles).
 var closeProfileDir string
 

@@ -91,6 +91,10 @@ func main() {
 	flag.IntVar(&cc.sessions, "sessions", 10000, "with -compare: sessions of the sessions and storm workloads (-workloads sessions, storm or scale)")
 	flag.IntVar(&cc.perWorker, "sessions-per-worker", sessionsPerWorker, "with -compare: sessions each worker process of the sessions and storm workloads holds (a process may open 20,000 files here)")
 	flag.StringVar(&closeProfileDir, "profile-close", "", "with -compare: write CPU profiles of coordrun's members, taken while the sessions workload closes its sessions, into this dir")
+	flag.Func("coordrun-flags", "extra flags for every coordrun member, space-separated (e.g. \"--heartbeat-timeout 1s\")", func(v string) error {
+		coordrunFlags = strings.Fields(v)
+		return nil
+	})
 	flag.DurationVar(&cc.sessionsHold, "sessions-hold", 10*time.Second, "with -compare: how long the sessions workload holds its sessions")
 	flag.IntVar(&cc.fanoutWatch, "fanout-watchers", 10000, "with -compare: watchers of the fanout workload (-workloads fanout or scale)")
 	flag.IntVar(&cc.fanoutRounds, "fanout-rounds", 20, "with -compare: setData rounds of the fanout workload (the median is reported)")
