@@ -414,7 +414,9 @@ func (pool *workerPool) each(ctx context.Context, mk func(w *workerProc) workerC
 	select {
 	case <-done:
 	case <-ctx.Done():
-		pool.stop() // ends the workers' pipes, so the senders return
+		// A worker reads its stdin only between steps, so it would not
+		// see it close until this step ended: kill them.
+		pool.kill()
 		<-done
 		return workerReply{}, ctx.Err()
 	}
@@ -441,6 +443,13 @@ func (pool *workerPool) open(ctx context.Context, addrs []string, inflight int, 
 
 func (pool *workerPool) step(ctx context.Context, c workerCmd) (workerReply, error) {
 	return pool.each(ctx, func(*workerProc) workerCmd { return c })
+}
+
+// kill ends the workers at once (their sessions end with them).
+func (pool *workerPool) kill() {
+	for _, w := range pool.workers {
+		w.p.stop(0)
+	}
 }
 
 // stop ends the workers: their stdin closes (they close their sessions

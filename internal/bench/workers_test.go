@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"net"
 	"os"
 	"testing"
 	"time"
@@ -190,5 +191,57 @@ func TestWorkerPoolStorm(t *testing.T) {
 	}
 	if _, err := pool.step(ctx, workerCmd{Op: "close"}); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A workload cancelled mid-step (the harness stopping) ends its workers
+// at once, though a worker reads its stdin only between steps.
+func TestWorkerPoolCancelKills(t *testing.T) {
+	ln := testkit.Listen(t) // accepts, never answers a handshake
+	accepted := make(chan struct{})
+	conns := make(chan struct{}, 2)
+	go func() {
+		defer close(accepted)
+		var held []net.Conn
+		defer func() {
+			for _, c := range held {
+				c.Close()
+			}
+		}()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return // the listener closed at the test's end
+			}
+			held = append(held, c)
+			select {
+			case conns <- struct{}{}:
+			default:
+			}
+		}
+	}()
+	t.Cleanup(func() { ln.Close(); <-accepted })
+	pool, err := startWorkers(2, 1, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.stop()
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() {
+		_, err := pool.open(ctx, []string{ln.Addr().String()}, 1, "")
+		errc <- err
+	}()
+	// Both workers are inside the step, each waiting for a handshake.
+	testkit.Recv(t, conns, 10*time.Second, "worker 1's connection")
+	testkit.Recv(t, conns, 10*time.Second, "worker 2's connection")
+	cancel()
+	if err := testkit.Recv(t, errc, 10*time.Second, "the cancelled open's return (a handshake waits 30 s)"); err != context.Canceled {
+		t.Fatalf("open returned %v, want context.Canceled", err)
+	}
+	for i, w := range pool.workers {
+		if !w.p.exited() {
+			t.Fatalf("worker %d still running after the cancelled step", i)
+		}
 	}
 }
