@@ -207,3 +207,70 @@ func TestSessionTrackerSilence(t *testing.T) {
 		t.Error("an unknown session has a silence")
 	}
 }
+
+// The expire loop's look every 25 ms scans the sessions only once one
+// may be due; whatever lowers the earliest deadline (a new session with a
+// shorter timeout, an expiry that failed, a new leader's grace) still has
+// the session expired on time.
+func TestSessionTrackerScansOnlyWhenDue(t *testing.T) {
+	clock := &fakeClock{now: time.Unix(1000, 0)}
+	tr := newSessionTracker(clock.Now)
+	for id := int64(1); id <= 1000; id++ {
+		tr.add(id, 10*time.Second)
+	}
+	if ids := tr.expired(); len(ids) != 0 {
+		t.Fatalf("expired %v at once", ids)
+	}
+	scans := tr.scans
+	for range 100 { // 9.9 s of looks every 99 ms, every session touched
+		clock.advance(99 * time.Millisecond)
+		for id := int64(1); id <= 1000; id++ {
+			tr.touch(id)
+		}
+		if ids := tr.expired(); len(ids) != 0 {
+			t.Fatalf("expired %v while touched", ids)
+		}
+	}
+	if tr.scans-scans > 1 {
+		t.Fatalf("%d scans of 1,000 sessions in 10 s of one timeout, want at most 1", tr.scans-scans)
+	}
+
+	// A shorter-timeout session lowers the bound.
+	tr.add(2000, time.Second)
+	clock.advance(1001 * time.Millisecond)
+	if ids := tr.expired(); !slices.Equal(ids, []int64{2000}) {
+		t.Fatalf("expired %v, want [2000]", ids)
+	}
+	// Its expiry failed: found again at the next look.
+	tr.unmarkExpiring(2000)
+	if ids := tr.expired(); !slices.Equal(ids, []int64{2000}) {
+		t.Fatalf("after a failed expiry: %v, want [2000]", ids)
+	}
+	// A touch between the expiry and its confirmation.
+	tr.unmarkExpiring(2000)
+	tr.remove(2000)
+	tr.add(3000, time.Second)
+	clock.advance(1001 * time.Millisecond)
+	if ids := tr.expired(); !slices.Equal(ids, []int64{3000}) {
+		t.Fatalf("expired %v, want [3000]", ids)
+	}
+	tr.remove(3000)
+
+	// The others, untouched from now, expire a full timeout after their
+	// last touch; a new leader's grace restarts them all.
+	tr.refreshAll()
+	clock.advance(10*time.Second - time.Millisecond)
+	if ids := tr.expired(); len(ids) != 0 {
+		t.Fatalf("expired %d within the grace", len(ids))
+	}
+	clock.advance(2 * time.Millisecond)
+	if ids := tr.expired(); len(ids) != 1000 {
+		t.Fatalf("expired %d after the grace, want 1000", len(ids))
+	}
+	// With nothing left to wait for, a new session still expires.
+	tr.add(4000, time.Second)
+	clock.advance(1001 * time.Millisecond)
+	if ids := tr.expired(); !slices.Equal(ids, []int64{4000}) {
+		t.Fatalf("expired %v, want [4000]", ids)
+	}
+}

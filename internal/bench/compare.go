@@ -58,6 +58,7 @@ type compareConfig struct {
 	repeats      int
 	sessions     int
 	sessionsHold time.Duration
+	perWorker    int   // sessions per worker process (workers.go)
 	hogs         []int // busy loops during the scale workloads, one run per count
 	fanoutWatch  int
 	fanoutRounds int
@@ -405,10 +406,16 @@ func runCompare(ctx context.Context, cfg config, cc compareConfig) error {
 			if err != nil {
 				return err
 			}
+			pool, err := startWorkers(cc.sessions, cc.perWorker, root)
+			if err != nil {
+				hs.stop()
+				return err
+			}
 			if w["sessions"] {
 				fmt.Fprintf(os.Stderr, "%d idle sessions on %s, %d busy loops ...\n", cc.sessions, s.name, nh)
-				r, err := runSessions(ctx, s, cc.sessions, cc.sessionsHold)
+				r, err := runSessions(ctx, s, pool, cc.sessionsHold)
 				if err != nil {
+					pool.stop()
 					hs.stop()
 					return fmt.Errorf("%s: sessions: %w", s.name, err)
 				}
@@ -417,14 +424,16 @@ func runCompare(ctx context.Context, cfg config, cc compareConfig) error {
 			}
 			if w["storm"] {
 				fmt.Fprintf(os.Stderr, "session storm of %d on %s, %d busy loops ...\n", cc.sessions, s.name, nh)
-				r, err := runStorm(ctx, s, cc.sessions)
+				r, err := runStorm(ctx, s, pool)
 				if err != nil {
+					pool.stop()
 					hs.stop()
 					return fmt.Errorf("%s: storm: %w", s.name, err)
 				}
 				r.Hogs = nh
 				rep.Storms = append(rep.Storms, r)
 			}
+			pool.stop()
 			hs.stop()
 		}
 	}

@@ -64,6 +64,7 @@ type config struct {
 
 func main() {
 	runHogIfChild()
+	runWorkerIfChild()
 	runRaftNodeIfChild()
 	var cfg config
 	_, zkErr := os.Stat("/usr/share/zookeeper")
@@ -88,6 +89,12 @@ func main() {
 	flag.IntVar(&cc.maxHandoffs, "max-handoffs", 200, "with -compare: handoffs measured per lock run at most (the queue's first)")
 	flag.IntVar(&cc.repeats, "repeats", 3, "with -compare: runs of failover and startup (the median is reported)")
 	flag.IntVar(&cc.sessions, "sessions", 10000, "with -compare: sessions of the sessions and storm workloads (-workloads sessions, storm or scale)")
+	flag.IntVar(&cc.perWorker, "sessions-per-worker", sessionsPerWorker, "with -compare: sessions each worker process of the sessions and storm workloads holds (a process may open 20,000 files here)")
+	flag.StringVar(&closeProfileDir, "profile-close", "", "with -compare: write CPU profiles of coordrun's members, taken while the sessions workload closes its sessions, into this dir")
+	flag.Func("coordrun-flags", "extra flags for every coordrun member, space-separated (e.g. \"--heartbeat-timeout 1s\")", func(v string) error {
+		coordrunFlags = strings.Fields(v)
+		return nil
+	})
 	flag.DurationVar(&cc.sessionsHold, "sessions-hold", 10*time.Second, "with -compare: how long the sessions workload holds its sessions")
 	flag.IntVar(&cc.fanoutWatch, "fanout-watchers", 10000, "with -compare: watchers of the fanout workload (-workloads fanout or scale)")
 	flag.IntVar(&cc.fanoutRounds, "fanout-rounds", 20, "with -compare: setData rounds of the fanout workload (the median is reported)")
@@ -126,6 +133,9 @@ func main() {
 		}
 		if err == nil && (cc.repeats < 1 || cc.maxHandoffs < 2 || cc.sessions < 1 || cc.sessionsHold <= 0 || cc.fanoutWatch < 1 || cc.fanoutRounds < 1 || cc.treeNodes < 1) {
 			err = errors.New("-repeats must be >= 1, -max-handoffs >= 2, -sessions, -fanout-watchers, -fanout-rounds and -tree-nodes >= 1, -sessions-hold > 0")
+		}
+		if err == nil && (cc.perWorker < 1 || cc.perWorker > 18000) {
+			err = fmt.Errorf("-sessions-per-worker %d: want 1 to 18000 (a process may open 20,000 files here; the rest are its own)", cc.perWorker)
 		}
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "bench:", err)

@@ -254,8 +254,7 @@ func launchCoordrun(bin, dir string) (*system, error) {
 	sys := &system{name: "coordrun"}
 	for i := 1; i <= 3; i++ {
 		m := &member{id: i, clientAddr: fmt.Sprintf("127.0.0.1:%d", ports[i-1]), adminAddr: fmt.Sprintf("127.0.0.1:%d", ports[5+i])}
-		p, err := startProc(fmt.Sprintf("coordrun-%d", i), filepath.Join(dir, fmt.Sprintf("m%d.log", i)),
-			bin, "server", "--id", strconv.Itoa(i),
+		argv := []string{bin, "server", "--id", strconv.Itoa(i),
 			"--data-dir", filepath.Join(dir, fmt.Sprintf("m%d", i)),
 			"--client-addr", m.clientAddr,
 			"--peer-addr", fmt.Sprintf("127.0.0.1:%d", ports[2+i]),
@@ -265,7 +264,9 @@ func launchCoordrun(bin, dir string) (*system, error) {
 			// thousands of sessions from this one address.
 			"--max-client-conns", "0",
 			"--four-letter-words", "srvr,ruok,isro,mbrs,mntr", // the lock benchmark reads mntr
-			"--log-level", "warn")
+			"--log-level", "warn"}
+		argv = append(argv, coordrunFlags...)
+		p, err := startProc(fmt.Sprintf("coordrun-%d", i), filepath.Join(dir, fmt.Sprintf("m%d.log", i)), argv...)
 		if err != nil {
 			return sys, err
 		}

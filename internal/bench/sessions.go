@@ -2,8 +2,8 @@ package main
 
 // The sessions workload of -compare: many idle sessions on one ensemble,
 // opened by a minimal client of raw frames (a go-zookeeper connection
-// costs the bench about 3 MB; this one a socket and a goroutine). The
-// sessions are dealt over the members, held for -sessions-hold with a
+// costs the bench about 3 MB; this one a socket and a goroutine) in worker
+// processes (workers.go). The sessions are dealt over the members, held for -sessions-hold with a
 // ping every third of their timeout, and then closed all at once. It
 // reports how long opening and closing took, how many sessions the
 // ensemble dropped while held, and each member's memory while it held
@@ -12,9 +12,9 @@ package main
 import (
 	"bufio"
 	"context"
-	"errors"
 	"fmt"
 	"net"
+	"os"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -165,69 +165,21 @@ func (s *rawSession) sendBody(xid, op int32, body func(*wire.Encoder)) error {
 	return err
 }
 
-// runSessions holds n idle sessions on s for hold.
-func runSessions(ctx context.Context, s *system, n int, hold time.Duration) (sessionsResult, error) {
+// runSessions holds the pool's sessions idle on s for hold: opened, each
+// pinged every third of its timeout, then closed all at once.
+func runSessions(ctx context.Context, s *system, pool *workerPool, hold time.Duration) (sessionsResult, error) {
+	n := pool.n
 	res := sessionsResult{System: s.name, Sessions: n, SessionTTL: int(rawSessionTimeout / time.Millisecond)}
-	order := s.clientOrder()
 	watch := watchEnsemble(ctx, s)
 	defer watch.stop()
 	start := time.Now()
-	sess, openErr := openMany(ctx, order, n, 64, nil)
+	opened, err := pool.open(ctx, s.clientOrder(), 64, "")
 	res.OpenMs = ms(time.Since(start))
-	for _, rs := range sess {
-		if rs == nil {
-			res.Refused++
-		}
-	}
-	var firstErr atomic.Value
-	var wg sync.WaitGroup
-	sem := make(chan struct{}, 64)
-	if res.Refused == n {
-		return res, fmt.Errorf("no session established: %v", openErr)
-	}
-	defer func() {
-		for _, rs := range sess {
-			if rs != nil {
-				rs.nc.Close()
-			}
-		}
-	}()
-
-	// Ping each session every third of its timeout, spread over time.
-	pongs := &pingLog{}
-	for _, rs := range sess {
-		if rs != nil {
-			rs.pongs.Store(pongs)
-		}
-	}
-	pctx, stopPing := context.WithCancel(ctx)
-	var pwg sync.WaitGroup
-	const pingers = 16
-	for p := 0; p < pingers; p++ {
-		pwg.Add(1)
-		go func() {
-			defer pwg.Done()
-			tick := time.NewTicker(rawSessionTimeout / 3)
-			defer tick.Stop()
-			for {
-				for i := p; i < n; i += pingers {
-					if rs := sess[i]; rs != nil && !rs.lost.Load() {
-						if err := rs.ping(); err != nil {
-							rs.lost.Store(true)
-						}
-					}
-				}
-				select {
-				case <-pctx.Done():
-					return
-				case <-tick.C:
-				}
-			}
-		}()
+	res.Refused = opened.Refused
+	if err != nil {
+		return res, fmt.Errorf("no session established: %w", err)
 	}
 	if !sleepUntil(ctx, time.Now().Add(hold)) {
-		stopPing()
-		pwg.Wait()
 		return res, ctx.Err()
 	}
 	for _, m := range s.members {
@@ -239,34 +191,25 @@ func runSessions(ctx context.Context, s *system, n int, hold time.Duration) (ses
 		res.MaxRSSKiB = max(res.MaxRSSKiB, rss)
 		res.MaxHWMKiB = max(res.MaxHWMKiB, hwm)
 	}
-	stopPing()
-	pwg.Wait()
-	res.Dropped = countLost(sess)
-	res.PingP99Ms = pongs.p99()
+	stats, err := pool.step(ctx, workerCmd{Op: "stats"})
+	if err != nil {
+		return res, err
+	}
+	res.Dropped = stats.Lost
+	res.PingP99Ms = stats.Pings.percentileMs(0.99)
 	res.Leaders, _ = watch.stop()
 
 	// Close them all at once; done when every server has closed its end.
+	profiled := profileMembers(ctx, s, n)
 	start = time.Now()
-	for i, rs := range sess {
-		if rs == nil {
-			continue
-		}
-		wg.Add(1)
-		sem <- struct{}{}
-		go func() {
-			defer wg.Done()
-			defer func() { <-sem }()
-			if err := rs.send(int32(i+1), wire.OpCloseSession); err != nil {
-				return
-			}
-			select {
-			case <-rs.closed:
-			case <-time.After(30 * time.Second):
-				firstErr.CompareAndSwap(nil, errors.New("a closeSession was not answered in 30s").Error())
-			}
-		}()
-	}
-	wg.Wait()
+	closed, err := pool.step(ctx, workerCmd{Op: "close"})
 	res.CloseMs = ms(time.Since(start))
+	profiled()
+	if err != nil {
+		return res, err
+	}
+	if closed.Unanswered > 0 {
+		fmt.Fprintf(os.Stderr, "  %s: %d closeSessions not finished by the server in 10 s\n", s.name, closed.Unanswered)
+	}
 	return res, nil
 }

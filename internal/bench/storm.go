@@ -1,7 +1,7 @@
 package main
 
 // The storm workload of -compare: -sessions sessions of the raw client
-// (sessions.go) are opened and closed again, and then, at once, as many
+// (sessions.go), held by worker processes (workers.go), are opened and closed again, and then, at once, as many
 // new sessions each create an ephemeral znode, and a tenth of them are
 // dropped without closing (their TCP connections just end). The others are
 // held with pings until the dropped ones must have expired. It reports how
@@ -13,7 +13,6 @@ package main
 import (
 	"bufio"
 	"context"
-	"fmt"
 	"strconv"
 	"strings"
 	"sync"
@@ -41,7 +40,8 @@ type stormResult struct {
 
 const stormPath = "/bench-storm"
 
-func runStorm(ctx context.Context, s *system, n int) (stormResult, error) {
+func runStorm(ctx context.Context, s *system, pool *workerPool) (stormResult, error) {
+	n := pool.n
 	res := stormResult{System: s.name, Sessions: n}
 	order := s.clientOrder()
 	admin, err := connect(ctx, order[0])
@@ -56,71 +56,39 @@ func runStorm(ctx context.Context, s *system, n int) (stormResult, error) {
 	defer watch.stop()
 
 	// The sessions that are closed first.
-	first, _ := openMany(ctx, order, n, 64, nil)
-	closeMany(first)
-
-	// The storm: as many at once, each with an ephemeral, and each pinged
-	// from then on (opening them all can take longer than a session
-	// timeout).
-	start := time.Now()
-	var refused atomic.Int64
-	pongs := &pingLog{}
-	pctx, stopPings := context.WithCancel(ctx)
-	var pings sync.WaitGroup
-	defer func() {
-		stopPings()
-		pings.Wait()
-	}()
-	sess, _ := openMany(ctx, order, n, 1024, func(i int, rs *rawSession) error {
-		rs.pongs.Store(pongs)
-		pings.Add(1)
-		go func() {
-			defer pings.Done()
-			keepAlive(pctx, rs)
-		}()
-		err := rs.sendBody(1, wire.OpCreate, func(e *wire.Encoder) {
-			(&wire.CreateRequest{Path: fmt.Sprintf("%s/e%06d", stormPath, i), ACL: []wire.ACL{{Perms: wire.PermAll, ID: wire.ID{Scheme: "world", ID: "anyone"}}}, Flags: wire.FlagEphemeral}).Encode(e)
-		})
-		if err != nil {
-			return err
-		}
-		select {
-		case h := <-rs.replies:
-			if h.Err != wire.OK {
-				return fmt.Errorf("create: %v", h.Err)
-			}
-			return nil
-		case <-rs.closed:
-			return fmt.Errorf("connection closed before the create's reply")
-		case <-time.After(30 * time.Second):
-			return fmt.Errorf("no reply to the create in 30s")
-		}
-	})
-	res.OpenMs = ms(time.Since(start))
-	for _, rs := range sess {
-		if rs == nil {
-			refused.Add(1)
-		}
+	if _, err := pool.open(ctx, order, 64, ""); err != nil {
+		return res, err
 	}
-	res.Refused = int(refused.Load())
-	defer closeMany(sess)
+	if _, err := pool.step(ctx, workerCmd{Op: "close"}); err != nil {
+		return res, err
+	}
+
+	// The storm: as many at once, each with an ephemeral.
+	start := time.Now()
+	opened, err := pool.open(ctx, order, 1024, stormPath)
+	res.OpenMs = ms(time.Since(start))
+	res.Refused = opened.Refused
+	if err != nil {
+		return res, err
+	}
+	defer pool.step(context.WithoutCancel(ctx), workerCmd{Op: "close"}) //nolint:errcheck // best effort: the next workload opens afresh
 
 	// A tenth dropped; the rest held until those must have expired.
-	for i := 0; i < n; i += 10 {
-		if rs := sess[i]; rs != nil {
-			rs.nc.Close()
-			sess[i] = nil
-			res.Killed++
-		}
+	killed, err := pool.step(ctx, workerCmd{Op: "kill", KillEvery: 10})
+	if err != nil {
+		return res, err
 	}
+	res.Killed = killed.Killed
 	res.Want = n - res.Killed - res.Refused
 	if !sleepUntil(ctx, time.Now().Add(rawSessionTimeout+4*time.Second)) {
 		return res, ctx.Err()
 	}
-	stopPings()
-	pings.Wait()
-	res.Lost = countLost(sess)
-	res.PingP99Ms = pongs.p99()
+	stats, err := pool.step(ctx, workerCmd{Op: "stats"})
+	if err != nil {
+		return res, err
+	}
+	res.Lost = stats.Lost
+	res.PingP99Ms = stats.Pings.percentileMs(0.99)
 	// The dropped sessions' ephemerals are gone by now on a correct
 	// server; count what is left.
 	_, st, err := admin.Exists(stormPath)
@@ -186,8 +154,9 @@ func countLost(sess []*rawSession) int {
 }
 
 // closeMany closes every session, 64 at a time, each once its server
-// closed its end (or after 10 s).
-func closeMany(sess []*rawSession) {
+// closed its end (or after 10 s); it returns how many took longer.
+func closeMany(sess []*rawSession) int {
+	var late atomic.Int64
 	sem := make(chan struct{}, 64)
 	var wg sync.WaitGroup
 	for i, rs := range sess {
@@ -203,12 +172,14 @@ func closeMany(sess []*rawSession) {
 				select {
 				case <-rs.closed:
 				case <-time.After(10 * time.Second):
+					late.Add(1)
 				}
 			}
 			rs.nc.Close()
 		}()
 	}
 	wg.Wait()
+	return int(late.Load())
 }
 
 // keepAlive pings rs every third of its timeout until ctx ends or a ping
