@@ -346,7 +346,10 @@ func disagreement(ctx context.Context, c Locks, d string, mine int) error {
 	}
 	for _, x := range q.Contenders {
 		if n := x.Info.HolderCount(); n != mine {
-			return &HoldersError{Dir: path.Dir(d), Mine: mine, Theirs: n, Node: path.Join(path.Base(d), x.Node)}
+			// Named from the lock's folder down, whether the engine
+			// lists entries by name or by path.
+			node := path.Join(path.Base(d), path.Base(x.Node))
+			return &HoldersError{Dir: path.Dir(d), Mine: mine, Theirs: n, Node: node}
 		}
 	}
 	return nil
