@@ -32,7 +32,6 @@ package engine
 import (
 	"context"
 	"errors"
-	"strconv"
 	"time"
 
 	"github.com/coordrun/coordrun/supervisor/state"
@@ -316,11 +315,7 @@ const (
 )
 
 // Loss is what happened to a record whose holder did not expect it.
-type Loss struct {
-	Node     string
-	Event    string // LossDeleted, LossChanged or LossMissing
-	Revision int64  // of the change, as far as it could be read back
-}
+type Loss = state.Loss
 
 // Queue is a lock as a reader sees it.
 type Queue struct {
@@ -336,8 +331,4 @@ type Queue struct {
 	// own notation ("" if it could not be read); Open: anyone may.
 	Access string
 	Open   bool
-}
-
-func (l Loss) String() string {
-	return l.Node + " " + l.Event + " (revision " + strconv.FormatInt(l.Revision, 10) + ")"
 }

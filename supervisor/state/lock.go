@@ -99,3 +99,15 @@ const (
 	// LossMissing: the record was already gone when its watch was set.
 	LossMissing = "missing"
 )
+
+// Loss is what happened to a record whose holder did not expect it: a
+// foreign delete or change of its queue entry or run record.
+type Loss struct {
+	Node     string
+	Event    string // LossDeleted, LossChanged or LossMissing
+	Revision int64  // the store's revision of the change (ZooKeeper: a zxid), as far as it could be read back
+}
+
+func (l Loss) String() string {
+	return l.Node + " " + l.Event + " (revision " + strconv.FormatInt(l.Revision, 10) + ")"
+}

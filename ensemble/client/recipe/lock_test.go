@@ -240,7 +240,7 @@ func lockStandingRunNodeDeleted(t *testing.T, b recipeBackend) {
 		t.Fatal(err)
 	}
 	l := testkit.Recv(t, losses, 10*time.Second, "a's standing loss")
-	if l.Node != run || l.Event != recipe.LossDeleted || l.Zxid == 0 {
+	if l.Node != run || l.Event != recipe.LossDeleted || l.Revision == 0 {
 		t.Errorf("loss %+v, want %s deleted with a zxid", l, run)
 	}
 	a.Retake(ctx, l)
@@ -505,7 +505,7 @@ func lockWatchNodes(t *testing.T, b recipeBackend) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if l := testkit.Recv(t, losses, 10*time.Second, "change"); l.Event != recipe.LossChanged || l.Zxid != st.Mzxid {
+	if l := testkit.Recv(t, losses, 10*time.Second, "change"); l.Event != recipe.LossChanged || l.Revision != st.Mzxid {
 		t.Errorf("loss %+v, want changed at 0x%x", l, st.Mzxid)
 	}
 	// Already changed when watched: reported at once.
@@ -526,7 +526,7 @@ func lockWatchNodes(t *testing.T, b recipeBackend) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if l := testkit.Recv(t, losses, 10*time.Second, "deletion"); l.Event != recipe.LossDeleted || l.Zxid != parent.Pzxid {
+	if l := testkit.Recv(t, losses, 10*time.Second, "deletion"); l.Event != recipe.LossDeleted || l.Revision != parent.Pzxid {
 		t.Errorf("loss %+v, want deleted at the parent's pzxid 0x%x", l, parent.Pzxid)
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"path"
 	"time"
 
@@ -21,16 +20,9 @@ const (
 	LossMissing = state.LossMissing
 )
 
-// Loss is what happened to a node whose holder did not expect it.
-type Loss struct {
-	Node  string
-	Event string // LossDeleted, LossChanged or LossMissing
-	Zxid  int64  // of the change, as far as it could be read back
-}
-
-func (l Loss) String() string {
-	return fmt.Sprintf("%s %s (zxid 0x%x)", l.Node, l.Event, l.Zxid)
-}
+// Loss is what happened to a node whose holder did not expect it; its
+// Revision is the zxid of the change.
+type Loss = state.Loss
 
 // Watched is a node whose change by anyone else ends a hold; OK tells
 // whether its stat is still as its holder left it.
@@ -104,14 +96,14 @@ func lossOf(ctx context.Context, c *client.Client, node, event string) Loss {
 	rctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
 	if st, ok, err := c.Exists(rctx, node); err == nil && ok && event == LossChanged {
-		l.Zxid = st.Mzxid
+		l.Revision = st.Mzxid
 		return l
 	}
 	// The nearest folder that still exists saw the deletion last (its
 	// own deletion, when the whole lock folder went).
 	for dir := path.Dir(node); dir != "/"; dir = path.Dir(dir) {
 		if _, st, err := c.Children(rctx, dir); err == nil {
-			l.Zxid = st.Pzxid
+			l.Revision = st.Pzxid
 			break
 		}
 	}

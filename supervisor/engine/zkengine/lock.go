@@ -53,28 +53,13 @@ func statusFunc(f func(engine.Status)) func(recipe.Status) {
 func (x *entry) UncleanHandoff() bool              { return x.e.UncleanHandoff() }
 func (x *entry) MustWait() (time.Duration, string) { return x.e.MustWait() }
 
-// WatchStanding relays the recipe's one loss; the relay is not joined:
-// it ends with the loss or with ctx, and holds nothing.
+// WatchStanding is the recipe's: its losses are state's type, as the
+// seam's are.
 func (x *entry) WatchStanding(ctx context.Context) <-chan engine.Loss {
-	in := x.e.WatchStanding(ctx)
-	out := make(chan engine.Loss, 1)
-	go func() {
-		select {
-		case l := <-in:
-			out <- lossOf(l)
-		case <-ctx.Done():
-		}
-	}()
-	return out
+	return x.e.WatchStanding(ctx)
 }
 
-func lossOf(l recipe.Loss) engine.Loss {
-	return engine.Loss{Node: l.Node, Event: l.Event, Revision: l.Zxid}
-}
-
-func (x *entry) Retake(ctx context.Context, l engine.Loss) {
-	x.e.Retake(ctx, recipe.Loss{Node: l.Node, Event: l.Event, Zxid: l.Revision})
-}
+func (x *entry) Retake(ctx context.Context, l engine.Loss) { x.e.Retake(ctx, l) }
 
 func (x *entry) Release(ctx context.Context) error { return mapErr(x.e.Release(ctx)) }
 
