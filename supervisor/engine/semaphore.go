@@ -108,7 +108,7 @@ func EnterSemaphore(ctx context.Context, c Conn, dir string, info state.HolderIn
 		return nil, err
 	}
 	s := &semEntry{c: c, dir: dir, info: info, n: n, gate: gate}
-	if err := s.agree(ctx); err != nil {
+	if err := s.untilReached(ctx, func() error { return s.agree(ctx) }); err != nil {
 		return nil, errors.Join(err, gate.Release(ctx))
 	}
 	return s, nil
@@ -167,15 +167,27 @@ func (s *semEntry) acquire(ctx context.Context, try bool, onStatus func(Status))
 	}
 	reported := false
 	for {
-		wake, err := s.trySlots(ctx)
+		if s.slot != nil {
+			// Held: mark it (again, if a lost reply left it unknown
+			// whether the marker was made), then leave the gate, which
+			// wakes the next in it.
+			if err := s.untilReached(ctx, func() error { return s.mark(ctx) }); err != nil {
+				return err
+			}
+			err := s.gate.Release(ctx)
+			s.gate = nil
+			return err
+		}
+		var wake []<-chan Event
+		err := s.untilReached(ctx, func() (err error) {
+			wake, err = s.trySlots(ctx)
+			return err
+		})
 		if err != nil {
 			return err
 		}
 		if wake == nil {
-			// Held: leave the gate, which wakes the next in it.
-			err := s.gate.Release(ctx)
-			s.gate = nil
-			return err
+			continue
 		}
 		if !reported && onStatus != nil {
 			onStatus(Status{Position: 0, Length: 1, HolderNode: SemaphoreHeld})
@@ -187,6 +199,31 @@ func (s *semEntry) acquire(ctx context.Context, try bool, onStatus func(Status))
 		if err := s.await(ctx, wake); err != nil {
 			return err
 		}
+	}
+}
+
+// untilReached runs f again while it fails only because no member
+// answered (ErrUnreachable: a member went away mid-call; the session may
+// well live on through another), pausing between tries, until ctx or the
+// session ends. The lock queue does the same inside its own calls.
+func (s *semEntry) untilReached(ctx context.Context, f func() error) error {
+	pause := 50 * time.Millisecond
+	for {
+		err := f()
+		if !errors.Is(err, ErrUnreachable) {
+			return err
+		}
+		t := time.NewTimer(pause)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		case <-s.c.Done():
+			t.Stop()
+			return err
+		}
+		pause = min(2*pause, time.Second)
 	}
 }
 
@@ -247,7 +284,7 @@ func (s *semEntry) trySlots(ctx context.Context) (wake []<-chan Event, err error
 	return wake, nil
 }
 
-// takeSlot tries slot k without waiting, and marks it once held.
+// takeSlot tries slot k without waiting (acquire marks it once held).
 func (s *semEntry) takeSlot(ctx context.Context, k int) (bool, error) {
 	e, err := s.c.Enter(ctx, s.slotDir(k), s.info)
 	if err != nil {
@@ -255,15 +292,17 @@ func (s *semEntry) takeSlot(ctx context.Context, k int) (bool, error) {
 	}
 	err = e.TryAcquire(ctx, nil)
 	if err != nil {
+		// Leave the slot's queue whatever went wrong: an entry left
+		// there would hold the slot for a contender that does not run.
 		rerr := e.Release(ctx)
 		if errors.Is(err, ErrNotAcquired) {
 			return false, rerr
 		}
-		return false, err
+		return false, errors.Join(err, rerr)
 	}
 	s.slot = e
 	s.marker = path.Join(s.heldDir(), strconv.Itoa(k))
-	return true, s.mark(ctx)
+	return true, nil
 }
 
 // mark makes this holder's marker, over a stale one (its owner deletes
