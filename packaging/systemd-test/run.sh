@@ -690,9 +690,10 @@ YAML
     [ $rc -ne 0 ] || fail "systemctl start coordrun-cron@$name succeeded"
     show "systemctl start coordrun-cron@$name: exit $rc; journal: $(journal "coordrun-cron@$name" | grep -m 1 '^coordrun:')"
   done
-  ticks() { [ "$(journal coordrun-cron@tick | grep -c '^tick ')" -ge 2 ]; }
+  # cron prefixes each line of a job's output with the job's name.
+  ticks() { [ "$(journal coordrun-cron@tick | grep -c '^tick: tick ')" -ge 2 ]; }
   until_ok 20 "two firings of coordrun-cron@tick" ticks
-  show "coordrun-cron@tick fired:" "$(journal coordrun-cron@tick | grep '^tick ')"
+  show "coordrun-cron@tick fired:" "$(journal coordrun-cron@tick | grep '^tick: tick ')"
   # Restarts would come RestartSec (10s) after the failures.
   retried() { [ "$(prop coordrun-cron@unreach NRestarts)" -ge 1 ]; }
   until_ok 40 "coordrun-cron@unreach (no member answering) restarted" retried
