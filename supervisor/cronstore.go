@@ -76,8 +76,13 @@ func pruneFirings(ctx context.Context, c engine.Store, p state.CronPaths, l stat
 	return left
 }
 
-// errNoJob: the job has never been registered under the root.
-func errNoJob(root, job string) error { return fmt.Errorf("no cron job %q under %s", job, root) }
+// ErrNoJob is a job never registered under the root: a name mistyped, or
+// a job whose hosts have never started.
+var ErrNoJob = errors.New("no cron job")
+
+func errNoJob(root, job string) error {
+	return fmt.Errorf("%w %q under %s (coordrun cron list lists them)", ErrNoJob, job, root)
+}
 
 // CronHistory reads a job's firing records, oldest first.
 func CronHistory(ctx context.Context, c engine.Store, root, job string) ([]state.FiringRecord, error) {

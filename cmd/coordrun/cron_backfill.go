@@ -38,16 +38,17 @@ func newCronBackfillCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			a := cronAction{Job: job, Action: "backfilled"}
 			if len(times) == 0 {
-				fmt.Fprintf(cmd.OutOrStdout(), "%s: every scheduled time from %s to %s has a record; nothing to run\n", job, from.Format(time.RFC3339), to.Format(time.RFC3339))
-				return nil
+				return printCronAction(cmd, s.v, a, fmt.Sprintf("%s: every scheduled time from %s to %s has a record; nothing to run", job, from.Format(time.RFC3339), to.Format(time.RFC3339)))
 			}
-			if _, err := supervisor.RequestCron(s.ctx, s.store(), root, job, state.CronRequest{Kind: state.RequestBackfill, Times: times, By: requester()}, time.Now()); err != nil {
+			node, err := supervisor.RequestCron(s.ctx, s.store(), root, job, state.CronRequest{Kind: state.RequestBackfill, Times: times, By: requester()}, time.Now())
+			if err != nil {
 				return err
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "%s: %d missed firings from %s to %s requested, oldest first\n", job, len(times),
-				times[0].Format(time.RFC3339), times[len(times)-1].Format(time.RFC3339))
-			return nil
+			a.Changed, a.Request, a.Times = true, node, times
+			return printCronAction(cmd, s.v, a, fmt.Sprintf("%s: %d missed firings from %s to %s requested, oldest first", job, len(times),
+				times[0].Format(time.RFC3339), times[len(times)-1].Format(time.RFC3339)))
 		}),
 	}
 	addInspectFlags(cmd, state.DefaultCronRoot, "znode folder")

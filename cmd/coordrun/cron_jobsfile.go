@@ -48,23 +48,13 @@ func loadJobsFile(file string) ([]*supervisor.CronJob, error) {
 	if err != nil {
 		return nil, err
 	}
-	var doc struct {
-		Jobs []yaml.Node `yaml:"jobs"`
-	}
-	dec := yaml.NewDecoder(strings.NewReader(string(b)))
-	dec.KnownFields(true)
-	if err := dec.Decode(&doc); err != nil {
-		if errors.Is(err, io.EOF) {
-			return nil, fmt.Errorf("%s: empty file", file)
-		}
-		return nil, fmt.Errorf("%s: %w", file, err)
-	}
-	if len(doc.Jobs) == 0 {
-		return nil, fmt.Errorf("%s: no jobs (want a top-level \"jobs:\" list)", file)
+	jobs, err := jobsList(file, b)
+	if err != nil {
+		return nil, err
 	}
 	var out []*supervisor.CronJob
 	seen := map[string]int{}
-	for _, n := range doc.Jobs {
+	for _, n := range jobs {
 		at := func(format string, a ...any) error {
 			return fmt.Errorf("%s:%d: %s", file, n.Line, fmt.Sprintf(format, a...))
 		}
@@ -72,7 +62,7 @@ func loadJobsFile(file string) ([]*supervisor.CronJob, error) {
 		if err := n.Decode(&s); err != nil {
 			return nil, at("%v", err)
 		}
-		if err := checkJobKeys(&n); err != nil {
+		if err := checkJobKeys(n); err != nil {
 			return nil, fmt.Errorf("%s:%v", file, err)
 		}
 		if s.Name == "" {
@@ -164,4 +154,39 @@ func checkJobKeys(n *yaml.Node) error {
 		}
 	}
 	return nil
+}
+
+// jobsList is the file's one top-level key, "jobs:", as its list of job
+// nodes; anything else is named with its line and what was meant.
+func jobsList(file string, b []byte) ([]*yaml.Node, error) {
+	var root yaml.Node
+	if err := yaml.NewDecoder(strings.NewReader(string(b))).Decode(&root); err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil, fmt.Errorf("%s: empty file", file)
+		}
+		return nil, fmt.Errorf("%s: %w", file, err)
+	}
+	const shape = `a jobs file is one key, "jobs:", holding a list whose items start with "- name:" (see coordrun help cron)`
+	doc := &root
+	if doc.Kind == yaml.DocumentNode && len(doc.Content) == 1 {
+		doc = doc.Content[0]
+	}
+	if doc.Kind != yaml.MappingNode {
+		return nil, fmt.Errorf("%s:%d: %s", file, doc.Line, shape)
+	}
+	var jobs *yaml.Node
+	for i := 0; i+1 < len(doc.Content); i += 2 {
+		k, v := doc.Content[i], doc.Content[i+1]
+		if k.Value != "jobs" {
+			return nil, fmt.Errorf("%s:%d: unknown top-level key %q; %s", file, k.Line, k.Value, shape)
+		}
+		jobs = v
+	}
+	switch {
+	case jobs == nil || jobs.Tag == "!!null" || (jobs.Kind == yaml.SequenceNode && len(jobs.Content) == 0):
+		return nil, fmt.Errorf("%s: no jobs (want a top-level \"jobs:\" list)", file)
+	case jobs.Kind != yaml.SequenceNode:
+		return nil, fmt.Errorf("%s:%d: \"jobs:\" is not a list; %s", file, jobs.Line, shape)
+	}
+	return jobs.Content, nil
 }

@@ -1,8 +1,6 @@
 package main
 
 import (
-	"fmt"
-
 	"github.com/coordrun/coordrun/supervisor"
 	"github.com/coordrun/coordrun/supervisor/state"
 	"github.com/spf13/cobra"
@@ -29,17 +27,17 @@ func newCronPauseCommand(pause bool) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			a := cronAction{Job: job, Action: "resumed", Changed: changed}
+			sentence := job + " resumed"
 			switch {
 			case pause && changed:
-				fmt.Fprintf(cmd.OutOrStdout(), "%s paused\n", job)
+				a.Action, sentence = "paused", job+" paused"
 			case pause:
-				fmt.Fprintf(cmd.OutOrStdout(), "%s was already paused\n", job)
-			case changed:
-				fmt.Fprintf(cmd.OutOrStdout(), "%s resumed\n", job)
-			default:
-				fmt.Fprintf(cmd.OutOrStdout(), "%s was not paused\n", job)
+				a.Action, sentence = "paused", job+" was already paused"
+			case !changed:
+				sentence = job + " was not paused"
 			}
-			return nil
+			return printCronAction(cmd, s.v, a, sentence)
 		}),
 	}
 	addInspectFlags(cmd, state.DefaultCronRoot, "znode folder")

@@ -90,6 +90,7 @@ func TestCronBadInput(t *testing.T) {
 		want []string // substrings of stderr
 	}
 	cases := []tc{
+		{"never fires", []string{"--schedule", "0 3 31 2 *", "--", "true"}, []string{`schedule "0 3 31 2 *" never fires`}},
 		{"minute 61", []string{"--schedule", "61 * * * *", "--", "true"}, []string{`schedule "61 * * * *"`, "above maximum"}},
 		{"empty schedule", []string{"--schedule", "", "--", "true"}, []string{"--schedule"}},
 		{"blank schedule", []string{"--schedule", "   ", "--", "true"}, []string{"empty schedule"}},
@@ -121,7 +122,10 @@ func TestCronBadInput(t *testing.T) {
 		{"notyaml.yaml", "jobs:\n" + ok1 + "  - name: b\n    schedule: \"@every 1s\n    command: true\n", []string{"notyaml.yaml: yaml: line 6:"}},
 		{"tabs.yaml", "jobs:\n\t- name: a\n", []string{"tabs.yaml: yaml: line 2:"}},
 		{"unknown-key.yaml", "jobs:\n" + ok1 + "  - name: b\n    schedule: \"@every 1s\"\n    comand: \"true\"\n", []string{"unknown-key.yaml:7:", `unknown job key "comand"`}},
-		{"unknown-top.yaml", "job:\n" + ok1, []string{"unknown-top.yaml: yaml:", "line 1: field job not found"}},
+		{"unknown-top.yaml", "job:\n" + ok1, []string{"unknown-top.yaml:1:", `unknown top-level key "job"`, `one key, "jobs:"`}},
+		{"jobs-map.yaml", "jobs:\n  fine:\n    schedule: \"@every 1s\"\n", []string{"jobs-map.yaml:2:", `"jobs:" is not a list`, `"- name:"`}},
+		{"top-list.yaml", ok1, []string{"top-list.yaml:1:", `one key, "jobs:"`}},
+		{"never-fires.yaml", "jobs:\n" + ok1 + "  - name: feb31\n    schedule: \"0 3 31 2 *\"\n    command: \"true\"\n", []string{"never-fires.yaml:5:", "job feb31", "never fires"}},
 		{"missing-name.yaml", "jobs:\n" + ok1 + "  - schedule: \"@every 2s\"\n    command: \"true\"\n", []string{"missing-name.yaml:5:", "without a name"}},
 		{"duplicate.yaml", "jobs:\n" + ok1 + "  - name: other\n    schedule: \"@every 1s\"\n    command: \"true\"\n  - name: fine\n    schedule: \"@every 2s\"\n    command: \"true\"\n",
 			[]string{"duplicate.yaml:8:", "job fine already defined at line 2"}},
@@ -385,9 +389,36 @@ func TestCronHistoryAndList(t *testing.T) {
 		t.Errorf("cron list: exit %d:\n%s", code, stdout)
 	}
 	// A job nobody runs.
-	_, stderr, code, _ = cronTestExec(t, 20*time.Second, "cron", "history", "nosuchjob", "--servers", addr)
-	if code == 0 || !strings.Contains(stderr, `no cron job "nosuchjob"`) {
-		t.Errorf("cron history nosuchjob: exit %d, stderr %q; want an error naming the job", code, stderr)
+	// pause, resume and trigger --json say what they did, also when there
+	// was nothing to do.
+	for _, step := range []struct {
+		args    []string
+		action  string
+		changed bool
+	}{
+		{[]string{"pause"}, "paused", true},
+		{[]string{"pause"}, "paused", false},
+		{[]string{"resume"}, "resumed", true},
+		{[]string{"resume"}, "resumed", false},
+		{[]string{"trigger"}, "triggered", true},
+	} {
+		args := append([]string{"cron", step.args[0], job, "--json", "--servers", addr}, step.args[1:]...)
+		stdout, stderr, code, _ := cronTestExec(t, 20*time.Second, args...)
+		var a cronAction
+		if err := json.Unmarshal([]byte(stdout), &a); code != 0 || err != nil {
+			t.Errorf("coordrun %q: exit %d, stdout %q (%v), stderr %q; want a JSON object", args, code, stdout, err, stderr)
+			continue
+		}
+		if a.Job != job || a.Action != step.action || a.Changed != step.changed || (step.action == "triggered" && (a.Request == "" || len(a.Times) != 1)) {
+			t.Errorf("coordrun %q: %+v; want job %s, action %s, changed %v", args, a, job, step.action, step.changed)
+		}
+	}
+	for _, sub := range [][]string{{"history"}, {"pause"}, {"resume"}, {"trigger"}, {"backfill", "--from", "2026-01-01T00:00:00Z", "--to", "2026-01-02T00:00:00Z"}} {
+		args := append([]string{"cron", sub[0], "nosuchjob", "--servers", addr}, sub[1:]...)
+		_, stderr, code, _ = cronTestExec(t, 20*time.Second, args...)
+		if code != supervisor.ExitNotFound || !strings.Contains(stderr, `no cron job "nosuchjob"`) {
+			t.Errorf("coordrun %q: exit %d, stderr %q; want %d and an error naming the job", args, code, stderr, supervisor.ExitNotFound)
+		}
 	}
 	stdout, _, code, _ = cronTestExec(t, 20*time.Second, "cron", "list", "--json", "--root", "/nothing/here", "--servers", addr)
 	if code != 0 || strings.TrimSpace(stdout) != "[]" {

@@ -21,8 +21,8 @@ func newCronTriggerCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "%s triggered for %s (%s); see coordrun cron history %s\n", args[0], now.Local().Format(time.DateTime), node, args[0])
-			return nil
+			return printCronAction(cmd, s.v, cronAction{Job: args[0], Action: "triggered", Changed: true, Request: node, Times: []time.Time{now}},
+				fmt.Sprintf("%s triggered for %s (%s); see coordrun cron history %s", args[0], now.Local().Format(time.DateTime), node, args[0]))
 		}),
 	}
 	addInspectFlags(cmd, state.DefaultCronRoot, "znode folder")

@@ -51,7 +51,8 @@ func exitFrom(code int, err error) error {
 // exitStatus maps a command's error to the process's exit code and what
 // to print, in one place: an exitError's code; a usage error, a member's
 // invalid configuration (ensemble.ErrConfig) or a lock folder the session
-// may not join is bad usage; anything else a failure.
+// may not join is bad usage; a cron job never registered is not found;
+// anything else a failure.
 func exitStatus(err error) (int, error) {
 	var ee exitError
 	var ue usageError
@@ -63,6 +64,8 @@ func exitStatus(err error) (int, error) {
 		return ee.code, ee.err
 	case errors.As(err, &ue), errors.Is(err, ensemble.ErrConfig), errors.As(err, &ae):
 		return exitUsage, err
+	case errors.Is(err, supervisor.ErrNoJob):
+		return supervisor.ExitNotFound, err
 	}
 	return exitFailure, err
 }

@@ -43,7 +43,13 @@ var exitTable = []struct {
 		rowUnavailable,
 		{fmt.Sprint(supervisor.ExitSessionLost), "the session was lost"},
 	}},
-	{"cron list, history, pause, resume, trigger, backfill", []exitRow{{"0", "success"}, rowUsage, rowUnavailable, rowFailure}},
+	{"cron list, history, pause, resume, trigger, backfill", []exitRow{
+		{"0", "success"},
+		rowUsage,
+		{fmt.Sprint(supervisor.ExitNotFound), "a job named on the command line has never been registered (mistyped, or its hosts never started)"},
+		rowUnavailable,
+		rowFailure,
+	}},
 	{"status", []exitRow{
 		{"0", "success"},
 		rowUsage,

@@ -75,6 +75,13 @@ func ParseSchedule(spec, tz string) (Schedule, error) {
 	if every, ok := s.(cron.ConstantDelaySchedule); ok {
 		return Schedule{alignedEvery{every.Delay}, zone}, nil
 	}
+	// A date that never comes ("0 3 31 2 *", the 31st of February) parses;
+	// robfig/cron's Next gives up after five years and returns zero. Five
+	// years from any start holds a 29th of February, so a fixed start
+	// keeps this pure and still accepts every schedule that ever fires.
+	if s.Next(time.Date(2000, 1, 1, 0, 0, 0, 0, zone)).IsZero() {
+		return Schedule{}, fmt.Errorf("schedule %q never fires: no date matches its day of month, month and weekday together", spec)
+	}
 	return Schedule{s, zone}, nil
 }
 

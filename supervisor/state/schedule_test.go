@@ -38,6 +38,10 @@ func TestParseSchedule(t *testing.T) {
 		{spec: "", err: "empty schedule"},
 		{spec: "   ", err: "empty schedule"},
 		{spec: "61 * * * *", err: "above maximum"},
+		{spec: "0 3 31 2 *", err: "never fires"},
+		{spec: "0 0 30 2 *", err: "never fires"},
+		{spec: "0 0 31 4,6,9,11 *", err: "never fires"},
+		{spec: "0 0 29 2 *", from: from, want: []time.Time{time.Date(2028, 2, 29, 0, 0, 0, 0, time.Local)}}, // every fourth year fires
 		{spec: "* * * * * * *", err: "expected 5 to 6 fields"},
 		{spec: "@bogus", err: "unrecognized descriptor"},
 		{spec: "@every 0s", err: "at least 1s"},
