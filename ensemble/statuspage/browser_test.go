@@ -197,6 +197,10 @@ func screenshotDir(t *testing.T) string {
 	return t.TempDir()
 }
 
+// truncatedCells lists the text of every member table cell wider than
+// its box, as JSON.
+const truncatedCells = `JSON.stringify([...document.querySelectorAll('#members th, #members td')].filter(c => c.scrollWidth > c.clientWidth).map(c => c.textContent))`
+
 // TestBrowserStatusPage drives the page in headless Chromium: three
 // members of the real binary, three supervisors on one lock and a cron
 // job. The page shows the leader, the holder and the two waiters in
@@ -281,7 +285,31 @@ func TestBrowserStatusPage(t *testing.T) {
 		}
 	}
 
-	do("open the page", chromedp.EmulateViewport(1280, 900), chromedp.Navigate(e.url(page)+"/"))
+	// No cell of the member table may cut its text: the leader's own
+	// page carries two badges in one cell, a dead member a long error.
+	fits := func(when string) {
+		t.Helper()
+		if cut := eval(truncatedCells); cut != "[]" {
+			t.Errorf("%s: member table cells cut short: %s", when, cut)
+		}
+	}
+	// The leader may move on a loaded machine: its page is the one whose
+	// own row also carries the leader's badge.
+	const ownRowLeads = `document.querySelectorAll('#members tr.leader .badge').length === 2`
+	do("set the viewport", chromedp.EmulateViewport(1280, 900))
+	testkit.WaitFor(t, 30*time.Second, "the leader's page showing it leads", func() bool {
+		if leader = e.leader(0); leader < 0 {
+			return false
+		}
+		do("open the leader's page", chromedp.Navigate(e.url(leader)+"/"))
+		_, err := chromedp.Run(ctx, chromedp.Poll[bool](ownRowLeads, chromedp.WithPollingTimeout(5*time.Second), chromedp.WithPollingInterval(100*time.Millisecond)))
+		return err == nil
+	})
+	fits("the leader's page")
+	if leader == page {
+		page = (leader + 1) % 3
+	}
+	do("open the page", chromedp.Navigate(e.url(page)+"/"))
 	// A marker the page loses if it reloads.
 	do("mark the page", chromedp.Evaluate[chromedp.Void](`window.notReloaded = true`))
 	do("press Tab", chromedp.KeyEvent("\t"))
@@ -362,6 +390,7 @@ func TestBrowserStatusPage(t *testing.T) {
 	waitFor("a new leader and the dead member unreachable", 30*time.Second, fmt.Sprintf(
 		`(() => { const l = document.querySelector('#members tr.leader'), d = document.querySelector('#members tr[data-id=%q]');
 		  return l !== null && l.dataset.id !== %q && d !== null && d.dataset.reachable === "false" && d.querySelector('.err') !== null })()`, dead, dead))
+	fits("a member dead")
 	if h := eval(`document.querySelector('#health .word').textContent`); h != statuspage.HealthDegraded {
 		t.Errorf("health %q with one of three members dead, want %s", h, statuspage.HealthDegraded)
 	}

@@ -92,6 +92,13 @@
     $("#leader").textContent = e.leader || "none";
     document.title = "coordrun member " + e.self + ": " + e.health;
   }
+  // shortError keeps a dial error's last part ("connection refused"); the
+  // whole text stays in the cell's title.
+  function shortError(err) {
+    if (!err) return "";
+    const parts = err.split(": ");
+    return parts[parts.length - 1];
+  }
   function renderMembers(e) {
     const rows = e.members.map((m) => {
       const tr = h("tr", { "data-id": m.id, "data-role": m.role, "data-reachable": String(m.reachable), "data-key": "m" + m.id });
@@ -101,7 +108,7 @@
           m.self ? [" ", h("span.badge", {}, "this page")] : null),
         h("td", {}, m.role), h("td.num", {}, m.term), h("td.num", {}, m.commit_index),
         h("td.num", {}, m.applied_index), h("td.num", {}, m.lag),
-        h("td", {}, m.reachable ? "yes" : h("span.err", {}, "no: " + (m.error || ""))),
+        h("td.reach", m.reachable ? {} : { title: m.error || "" }, m.reachable ? "yes" : h("span.err", {}, "no: " + shortError(m.error))),
         h("td.addr", {}, m.client_addr || ""), h("td.addr", {}, m.peer_addr || ""),
         ageCell(m.started));
       return tr;
