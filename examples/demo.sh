@@ -7,7 +7,18 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=$(pwd)/${BIN:-bin/coordrun}
 DIR=$(mktemp -d -t coordrun-demo-XXXX)
-BASE=${DEMO_PORT_BASE:-21810}
+# Ports BASE+1..3 (clients) and BASE+10..12 (peers): DEMO_PORT_BASE, or
+# the first base from 21810 up (in steps of 100) with none of them taken.
+taken() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+free_base() {
+  local b p
+  for b in $(seq 21810 100 31810); do
+    for p in 1 2 3 10 11 12; do taken $((b+p)) && continue 2; done
+    echo "$b"; return
+  done
+  echo "no free port range from 21810 to 31822; set DEMO_PORT_BASE" >&2; exit 1
+}
+BASE=${DEMO_PORT_BASE:-$(free_base)}
 PEERS="1=127.0.0.1:$((BASE+10)),2=127.0.0.1:$((BASE+11)),3=127.0.0.1:$((BASE+12))"
 SERVERS="127.0.0.1:$((BASE+1)),127.0.0.1:$((BASE+2)),127.0.0.1:$((BASE+3))"
 export PATH="$(dirname "$BIN"):$PATH" STORE="$DIR/store"
