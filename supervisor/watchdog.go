@@ -62,6 +62,9 @@ type WatchdogConfig struct {
 	Armed    bool          // wait for "G <deadline>" on Control before starting the job
 	Control  io.Reader     // from the supervisor
 	Report   io.Writer     // to the supervisor
+	// Say is where the watchdog tells the operator what it does on its
+	// own (stderr when nil): a frozen or cut-off supervisor cannot.
+	Say io.Writer
 }
 
 // RunWatchdog runs the job under the watchdog's guard and returns the exit
@@ -91,7 +94,11 @@ func RunWatchdog(cfg WatchdogConfig) int {
 		return code
 	}
 	send(cfg.Report, report{kind: reportStarted, pid: cmd.Process.Pid})
-	return guard(cmd, &killPlan{deadline: deadline, grace: cfg.Grace}, ctrl, sigs, cfg.Report)
+	say := cfg.Say
+	if say == nil {
+		say = os.Stderr
+	}
+	return guard(cmd, &killPlan{deadline: deadline, grace: cfg.Grace}, ctrl, sigs, cfg.Report, say)
 }
 
 // guardSignals sets up the watchdog's signals and returns the ones that
@@ -156,7 +163,10 @@ func startJob(argv, env []string) (*exec.Cmd, int) {
 // guard signals the started job's group as plan says, takes the
 // supervisor's control messages and the stop signals, and reports the
 // job's end once it and its group are gone.
-func guard(cmd *exec.Cmd, plan *killPlan, ctrl <-chan string, sigs <-chan os.Signal, rep io.Writer) int {
+//
+// The lease running out is said on say at the moment the first signal
+// goes: the supervisor, frozen or cut off, may say nothing for a while.
+func guard(cmd *exec.Cmd, plan *killPlan, ctrl <-chan string, sigs <-chan os.Signal, rep io.Writer, say io.Writer) int {
 	pgid := cmd.Process.Pid
 	exited := make(chan syscall.WaitStatus, 1)
 	// Ends with the job, which guard waits for.
@@ -171,8 +181,18 @@ func guard(cmd *exec.Cmd, plan *killPlan, ctrl <-chan string, sigs <-chan os.Sig
 	}
 	timer := time.NewTimer(0)
 	defer timer.Stop()
+	announced := false
 	for {
 		sig, wake := plan.next(BoottimeNow())
+		if sig != 0 && !announced && plan.reason == reasonDeadline {
+			announced = true
+			then := ""
+			if sig == syscall.SIGTERM {
+				then = fmt.Sprintf(", SIGKILL %v later", plan.grace)
+			}
+			fmt.Fprintf(say, "coordrun: the session's lease runs out before the supervisor renewed it: %s to the job's process group %d%s\n",
+				unix.SignalName(sig), pgid, then)
+		}
 		group(sig)
 		timer.Reset(max(time.Duration(wake-BoottimeNow()), time.Millisecond))
 		select {
