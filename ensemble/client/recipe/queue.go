@@ -163,6 +163,7 @@ func List(ctx context.Context, c *client.Client, dir string) (Queue, error) {
 			runQueued = true
 			ct.Holding = true
 			ct.Info.Since = run.Since
+			ct.Lingering = lingering(ctx, c, st.EphemeralOwner)
 		}
 		q.Contenders = append(q.Contenders, ct)
 	}
@@ -170,4 +171,18 @@ func List(ctx context.Context, c *client.Client, dir string) (Queue, error) {
 		q.Stopping = &run
 	}
 	return q, nil
+}
+
+// lingering is state.Lingering of a holder's entry owned by session
+// owner, with the leader's view of the session where the server can give
+// it. A failed read of it is not the listing's failure: the holder is
+// shown as it would be without.
+func lingering(ctx context.Context, c *client.Client, owner int64) string {
+	l := state.Liveness{Persistent: owner == 0}
+	if !l.Persistent {
+		if silent, timeout, ok, err := c.Silence(ctx, owner); err == nil && ok {
+			l.Silence = &state.Silence{Silent: silent, Timeout: timeout}
+		}
+	}
+	return state.Lingering(l)
 }

@@ -1,0 +1,65 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/coordrun/coordrun/internal/testkit"
+	"github.com/coordrun/coordrun/supervisor"
+)
+
+// A frozen holder (SIGSTOP) keeps its node until its session expires;
+// before that, status calls it lingering, in text and in --json, as the
+// leader's status page does.
+func TestStatusShowsLingeringHolder(t *testing.T) {
+	addr := firstHourMember(t)
+	auth := []string{"--servers", addr, "--auth", "ops:secret"}
+	started := filepath.Join(t.TempDir(), "started")
+	const timeout = 4 * time.Second
+	holder := procStart(t, "holder", append(append([]string{"run", "--name", "frozen", "--session-timeout", timeout.String(), "--kill-grace", "500ms"}, auth...),
+		"--", "sh", "-c", "touch "+started+"; exec sleep 600")...)
+	testkit.WaitFor(t, 30*time.Second, "the holder's job to start", func() bool {
+		_, err := os.Stat(started)
+		return err == nil || !holder.Running()
+	})
+	status := func(json bool) string {
+		args := append([]string{"status", "frozen"}, auth...)
+		if json {
+			args = append(args, "--json")
+		}
+		out, stderr, code := firstHourExec(t, 30*time.Second, nil, args...)
+		if code != 0 {
+			t.Fatalf("status: exit %d\n%s%s", code, out, stderr)
+		}
+		return out + stderr
+	}
+	if out := status(false); strings.Contains(out, "lingering") || !strings.Contains(out, "holder") {
+		t.Fatalf("a live holder:\n%s", out)
+	}
+
+	if err := holder.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = holder.Signal(syscall.SIGCONT) })
+	var text string
+	testkit.WaitFor(t, 2*timeout, "status to call the frozen holder lingering", func() bool {
+		text = status(false)
+		return strings.Contains(text, "lingering")
+	})
+	if !strings.Contains(text, "holder (lingering)") || !strings.Contains(text, "silent for") || !strings.Contains(text, "until the session expires") {
+		t.Errorf("status of a frozen holder:\n%s", text)
+	}
+	var locks []supervisor.LockState
+	if err := json.Unmarshal([]byte(status(true)), &locks); err != nil {
+		t.Fatal(err)
+	}
+	if len(locks) != 1 || locks[0].Holder == nil || !strings.Contains(locks[0].Lingering, "silent for") ||
+		locks[0].Holder.Lingering != locks[0].Lingering {
+		t.Errorf("status --json of a frozen holder: %+v", locks)
+	}
+}
