@@ -17,8 +17,16 @@ import (
 // before that, status calls it lingering, in text and in --json, as the
 // leader's status page does.
 func TestStatusShowsLingeringHolder(t *testing.T) {
-	addr := firstHourMember(t)
-	auth := []string{"--servers", addr, "--auth", "ops:secret"}
+	t.Run("coordrun", func(t *testing.T) {
+		statusShowsLingering(t, []string{"--servers", firstHourMember(t), "--auth", "ops:secret"})
+	})
+	t.Run("etcd", func(t *testing.T) {
+		testkit.RequireEtcd(t)
+		statusShowsLingering(t, []string{"--servers", testkit.StartEtcd(t, 1).Servers()})
+	})
+}
+
+func statusShowsLingering(t *testing.T, auth []string) {
 	started := filepath.Join(t.TempDir(), "started")
 	const timeout = 4 * time.Second
 	holder := procStart(t, "holder", append(append([]string{"run", "--name", "frozen", "--session-timeout", timeout.String(), "--kill-grace", "500ms"}, auth...),

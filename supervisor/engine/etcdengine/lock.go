@@ -526,6 +526,7 @@ func (c *Conn) List(ctx context.Context, dir string) (engine.Queue, error) {
 		ct := state.Contender{Node: names[i], Token: kv.CreateRevision, Info: hi}
 		if s.run != nil && ri.Node == names[i] {
 			ct.Holding, ct.Info = true, ri.HolderInfo
+			ct.Lingering = c.lingering(ctx, clientv3.LeaseID(kv.Lease))
 		}
 		q.Contenders = append(q.Contenders, ct)
 	}
@@ -533,4 +534,24 @@ func (c *Conn) List(ctx context.Context, dir string) (engine.Queue, error) {
 		q.Stopping = &ri
 	}
 	return q, nil
+}
+
+// lingering is state.Lingering of a holder's entry under lease: etcd
+// tells how much of the lease's TTL is left, and a holder renews it every
+// third of it, so what has run down is how long etcd has not heard from
+// the holder. A failed ask is not the listing's failure.
+func (c *Conn) lingering(ctx context.Context, lease clientv3.LeaseID) string {
+	l := state.Liveness{Persistent: lease == 0}
+	if !l.Persistent {
+		resp, err := c.cli.TimeToLive(ctx, lease)
+		switch {
+		case err != nil:
+		case resp.TTL < 0:
+			l.Gone = true
+		default:
+			granted := time.Duration(resp.GrantedTTL) * time.Second
+			l.Silence = &state.Silence{Silent: granted - time.Duration(resp.TTL)*time.Second, Timeout: granted}
+		}
+	}
+	return state.Lingering(l)
 }
