@@ -263,6 +263,13 @@ func (s *semEntry) trySlots(ctx context.Context) (wake []<-chan Event, err error
 	// Every slot is busy. Watch the markers; a release between the
 	// listing and the watch shows as a different listing.
 	again, ch, err := s.c.ChildrenW(ctx, s.heldDir())
+	if errors.Is(err, ErrNotFound) {
+		// Removed meanwhile with the idle semaphore (coordrun lock
+		// rm): look again, which makes it anew.
+		fired := make(chan Event, 1)
+		fired <- Event{Kind: ChildrenChanged, Path: s.heldDir()}
+		return []<-chan Event{fired}, nil
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -310,6 +317,14 @@ func (s *semEntry) takeSlot(ctx context.Context, k int) (bool, error) {
 func (s *semEntry) mark(ctx context.Context) error {
 	for {
 		_, _, err := s.c.Create(ctx, s.marker, []byte(s.slot.Node()), Ephemeral)
+		if errors.Is(err, ErrNotFound) {
+			// The markers' folder went (coordrun lock rm of an idle
+			// semaphore, just before this contender came): make it again.
+			if err := s.c.EnsureFolder(ctx, s.heldDir()); err != nil {
+				return err
+			}
+			continue
+		}
 		if !errors.Is(err, ErrExists) {
 			return err
 		}
