@@ -1,0 +1,54 @@
+package main
+
+import (
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/coordrun/coordrun/internal/testkit"
+	"github.com/coordrun/coordrun/supervisor"
+)
+
+// help of a word that names no command is bad usage with a suggestion,
+// as the word alone is; help of a command still shows it.
+func TestHelpUnknownTopic(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		code int
+		says string
+	}{
+		{[]string{"help", "statsu"}, exitUsage, "did you mean status?"},
+		{[]string{"help", "cron", "lsit"}, exitUsage, "did you mean list?"},
+		{[]string{"help", "lock", "rm"}, 0, "Remove the folders of locks"},
+		{[]string{"help"}, 0, "Available Commands"},
+	} {
+		out, stderr, code := firstHourExec(t, 20*time.Second, nil, c.args...)
+		if code != c.code || !strings.Contains(out+stderr, c.says) {
+			t.Errorf("coordrun %s: exit %d, want %d saying %q:\n%s%s", strings.Join(c.args, " "), code, c.code, c.says, out, stderr)
+		}
+	}
+}
+
+// A snapshot refused for want of an administrator is bad usage, as a
+// membership change refused for it is (docs/exit-codes.md); members that
+// do not answer are 69.
+func TestSnapshotSaveExitCodes(t *testing.T) {
+	addr := firstHourMember(t)
+	dead := testkit.FreeAddrs(t, "127.0.0.1", 1)[0]
+	file := filepath.Join(t.TempDir(), "s.snap")
+	for _, c := range []struct {
+		args []string
+		code int
+		says string
+	}{
+		{[]string{"ensemble", "snapshot", "save", file, "--servers", addr}, exitUsage, "snapshots need an administrator"},
+		{[]string{"ensemble", "add", "2", dead, "--servers", addr}, exitUsage, "need an administrator"},
+		{[]string{"ensemble", "snapshot", "save", file, "--servers", dead, "--timeout", "2s"}, supervisor.ExitUnavailable, "no snapshot saved"},
+	} {
+		_, stderr, code := firstHourExec(t, 30*time.Second, nil, c.args...)
+		if code != c.code || !strings.Contains(stderr, c.says) {
+			t.Errorf("coordrun %s: exit %d, want %d saying %q:\n%s", strings.Join(c.args, " "), code, c.code, c.says, stderr)
+		}
+	}
+}
