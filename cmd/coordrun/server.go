@@ -3,8 +3,10 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -206,7 +208,15 @@ func runServer(cmd *cobra.Command, _ []string) error {
 	}
 	cfg.StoreCheck = checkStoreInChild
 	warnReadableSecret(log, v.ConfigFileUsed(), v.InConfig("super-digest"))
+	created := missingAncestor(cfg.DataDir)
 	m, err := ensemble.Start(cfg)
+	if err != nil && created != "" {
+		// A refused start leaves no trace: what it made would be taken
+		// next time for a member that once ran here.
+		if rerr := os.RemoveAll(created); rerr != nil {
+			log.Warn("could not remove the data dir this failed start created", "dir", created, "err", rerr)
+		}
+	}
 	if errors.Is(err, ensemble.ErrConfig) {
 		return usageError{settingError(err, v.ConfigFileUsed())}
 	}
@@ -243,4 +253,25 @@ func settingError(err error, configFile string) error {
 		}
 	}
 	return err
+}
+
+// missingAncestor is the outermost of dir and its ancestors that does not
+// exist yet (what a start would create), or "" when dir exists.
+func missingAncestor(dir string) string {
+	if dir == "" {
+		return ""
+	}
+	dir = filepath.Clean(dir)
+	missing := ""
+	for {
+		if _, err := os.Lstat(dir); err == nil || !errors.Is(err, fs.ErrNotExist) {
+			return missing
+		}
+		missing = dir
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return missing
+		}
+		dir = parent
+	}
 }

@@ -1,6 +1,10 @@
 package main
 
 import (
+	"errors"
+	"io/fs"
+	"net"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -50,5 +54,34 @@ func TestSnapshotSaveExitCodes(t *testing.T) {
 		if code != c.code || !strings.Contains(stderr, c.says) {
 			t.Errorf("coordrun %s: exit %d, want %d saying %q:\n%s", strings.Join(c.args, " "), code, c.code, c.says, stderr)
 		}
+	}
+}
+
+// A member start that fails leaves no data dir it created (a busy peer
+// port here); one that was there before stays.
+func TestFailedServerStartLeavesNoDataDir(t *testing.T) {
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	peer := busy.Addr().String()
+	base := t.TempDir()
+	existing := filepath.Join(base, "existing")
+	if err := os.Mkdir(existing, 0o750); err != nil {
+		t.Fatal(err)
+	}
+	for _, dir := range []string{filepath.Join(base, "new", "member"), existing} {
+		_, stderr, code := firstHourExec(t, 30*time.Second, nil, "server", "--id", "1", "--data-dir", dir,
+			"--client-addr", "127.0.0.1:0", "--peer-addr", peer, "--peers", "1="+peer)
+		if code == 0 || !strings.Contains(stderr, "address already in use") {
+			t.Fatalf("server on a busy peer port: exit %d\n%s", code, stderr)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(base, "new")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("the failed start left %s/new behind: %v", base, err)
+	}
+	if _, err := os.Stat(existing); err != nil {
+		t.Errorf("the failed start removed a data dir that was there before: %v", err)
 	}
 }
