@@ -70,6 +70,7 @@ from it; --peers only matters the first time.
 	f.StringSlice("admin-host", nil, "host names, besides IP addresses, localhost and --admin-addr's host, that requests to the admin listener may carry in Host (e.g. the name Prometheus scrapes)")
 	f.String("status-lock-root", statuspage.DefaultLockRoot, "znode folder of the locks the status page on the admin listener shows (coordrun run's --root)")
 	f.String("status-cron-root", statuspage.DefaultCronRoot, "znode folder of the cron jobs the status page shows (coordrun cron's --root)")
+	f.Duration("remove-idle-locks", 7*24*time.Hour, "the leader removes a lock folder under --status-lock-root that nobody has held or waited for this long (0: never)")
 	f.String("log-format", "text", "log format on stderr: text or json")
 	f.String("log-level", "info", "log level: debug, info, warn, error")
 	addServerTLSFlags(f)
@@ -127,6 +128,7 @@ func runServer(cmd *cobra.Command, _ []string) error {
 		Pprof:             v.GetBool("admin-pprof"),
 		StatusLockRoot:    v.GetString("status-lock-root"),
 		StatusCronRoot:    v.GetString("status-cron-root"),
+		RemoveIdleLocks:   v.GetDuration("remove-idle-locks"),
 		SuperDigest:       v.GetString("super-digest"),
 		SuperX509:         v.GetStringSlice("super-x509"),
 		AdminSocket:       v.GetString("admin-socket"),
