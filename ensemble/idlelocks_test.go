@@ -123,7 +123,7 @@ func TestIdleLockSweepRace(t *testing.T) {
 			}
 			defer cl.Close()
 			for i := range 40 {
-				dir := fmt.Sprintf("/coordrun/locks/race-%d", i%3)
+				dir := fmt.Sprintf("/coordrun/locks/race-%d", (i+w)%12)
 				e, err := recipe.Enter(ctx, cl, dir, recipe.Info{Host: "w", PID: w}, recipe.Options{})
 				if err == nil {
 					err = e.Acquire(ctx, nil)
@@ -147,4 +147,3 @@ func TestIdleLockSweepRace(t *testing.T) {
 	}
 	t.Logf("%v folders removed under 4 contenders' 160 rounds", n)
 }
-
