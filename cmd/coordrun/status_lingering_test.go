@@ -9,7 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coordrun/coordrun/ensemble/client"
 	"github.com/coordrun/coordrun/internal/testkit"
+	"github.com/coordrun/coordrun/internal/testkit/zookeeper"
 	"github.com/coordrun/coordrun/supervisor"
 )
 
@@ -23,6 +25,27 @@ func TestStatusShowsLingeringHolder(t *testing.T) {
 	t.Run("etcd", func(t *testing.T) {
 		testkit.RequireEtcd(t)
 		statusShowsLingering(t, []string{"--servers", testkit.StartEtcd(t, 1).Servers()})
+	})
+	// Apache ZooKeeper has no read of a session's silence: status shows
+	// its holders as before, without an error.
+	t.Run("zookeeper", func(t *testing.T) {
+		srv, err := zookeeper.Start(zookeeper.Require(t), "coordrun-status-zk-", client.FourLetter)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer srv.Stop()
+		auth := []string{"--servers", srv.Addr}
+		started := filepath.Join(t.TempDir(), "started")
+		holder := procStart(t, "holder", append(append([]string{"run", "--name", "zk"}, auth...),
+			"--", "sh", "-c", "touch "+started+"; exec sleep 600")...)
+		testkit.WaitFor(t, 60*time.Second, "the holder's job to start", func() bool {
+			_, err := os.Stat(started)
+			return err == nil || !holder.Running()
+		})
+		out, stderr, code := firstHourExec(t, 30*time.Second, nil, append([]string{"status", "zk"}, auth...)...)
+		if code != 0 || !strings.Contains(out, "holder") || strings.Contains(out+stderr, "lingering") {
+			t.Errorf("status on Apache ZooKeeper: exit %d\n%s%s", code, out, stderr)
+		}
 	})
 }
 
