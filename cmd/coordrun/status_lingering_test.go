@@ -51,7 +51,7 @@ func TestStatusShowsLingeringHolder(t *testing.T) {
 
 func statusShowsLingering(t *testing.T, auth []string) {
 	started := filepath.Join(t.TempDir(), "started")
-	const timeout = 4 * time.Second
+	const timeout = 6 * time.Second
 	holder := procStart(t, "holder", append(append([]string{"run", "--name", "frozen", "--session-timeout", timeout.String(), "--kill-grace", "500ms"}, auth...),
 		"--", "sh", "-c", "touch "+started+"; exec sleep 600")...)
 	testkit.WaitFor(t, 30*time.Second, "the holder's job to start", func() bool {
@@ -77,6 +77,10 @@ func statusShowsLingering(t *testing.T, auth []string) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = holder.Signal(syscall.SIGCONT) })
+	// The one waiting right behind it says so too, before it gets the
+	// lock (-v: the waiting line is informational).
+	waiter := procStart(t, "waiter", append(append([]string{"run", "-v", "--name", "frozen", "--session-timeout", timeout.String(), "--kill-grace", "500ms"}, auth...),
+		"--", "echo", "waiter ran")...)
 	var text string
 	testkit.WaitFor(t, 2*timeout, "status to call the frozen holder lingering", func() bool {
 		text = status(false)
@@ -92,5 +96,11 @@ func statusShowsLingering(t *testing.T, auth []string) {
 	if len(locks) != 1 || locks[0].Holder == nil || !strings.Contains(locks[0].Lingering, "silent for") ||
 		locks[0].Holder.Lingering != locks[0].Lingering {
 		t.Errorf("status --json of a frozen holder: %+v", locks)
+	}
+	testkit.WaitFor(t, 4*timeout, "the waiter to run its job", func() bool { return !waiter.Running() })
+	out := waiter.Out.String()
+	saw, ran := strings.Index(out, "holder_lingering="), strings.Index(out, "waiter ran")
+	if code := waiter.ExitCode(); code != 0 || saw < 0 || ran < saw || !strings.Contains(out[saw:], "silent for") {
+		t.Errorf("the waiter behind a frozen holder (exit %d) did not call it lingering before it ran:\n%s", code, out)
 	}
 }

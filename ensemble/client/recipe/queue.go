@@ -186,3 +186,18 @@ func lingering(ctx context.Context, c *client.Client, owner int64) string {
 	}
 	return state.Lingering(l)
 }
+
+// HolderLingering is the verdict (state.Lingering) on the holder of the
+// lock in dir, "" when there is none or nothing looks wrong: what a
+// waiter shows while it waits.
+func HolderLingering(ctx context.Context, c *client.Client, dir string) (string, error) {
+	run, _, ok, err := readRun(ctx, c, dir)
+	if err != nil || !ok || run.Node == "" {
+		return "", err
+	}
+	st, ok, err := c.Exists(ctx, path.Join(dir, run.Node))
+	if err != nil || !ok {
+		return "", err
+	}
+	return lingering(ctx, c, st.EphemeralOwner), nil
+}

@@ -555,3 +555,19 @@ func (c *Conn) lingering(ctx context.Context, lease clientv3.LeaseID) string {
 	}
 	return state.Lingering(l)
 }
+
+// HolderLingering is the verdict on the holder of the lock in dir, from
+// its entry's lease.
+func (c *Conn) HolderLingering(ctx context.Context, dir string) (string, error) {
+	s, err := c.read(ctx, dir)
+	if err != nil || s.run == nil {
+		return "", err
+	}
+	ri := s.runInfo()
+	for i, name := range s.names() {
+		if name == ri.Node {
+			return c.lingering(ctx, clientv3.LeaseID(s.entries[i].Lease)), nil
+		}
+	}
+	return "", nil
+}
