@@ -208,6 +208,9 @@ func runServer(cmd *cobra.Command, _ []string) error {
 	if cfg.MaxTreeNodes < 1 || cfg.MaxTreeBytes < 1 {
 		return usageError{errors.New("--max-tree-nodes and --max-tree-bytes must be positive: they bound the tree; raise them rather than remove them")}
 	}
+	if d := cfg.RemoveIdleLocks; d != 0 && d < minRemoveIdleLocks {
+		return usageError{fmt.Errorf("--remove-idle-locks %v: at least %v, or 0 for never: a lock folder's record tells the next holder whether the last one ended cleanly (--lock-delay), and must outlive that", d, minRemoveIdleLocks)}
+	}
 	cfg.StoreCheck = checkStoreInChild
 	warnReadableSecret(log, v.ConfigFileUsed(), v.InConfig("super-digest"))
 	created := missingAncestor(cfg.DataDir)
@@ -256,6 +259,9 @@ func settingError(err error, configFile string) error {
 	}
 	return err
 }
+
+// minRemoveIdleLocks is the shortest --remove-idle-locks a member takes.
+const minRemoveIdleLocks = time.Minute
 
 // missingAncestor is the outermost of dir and its ancestors that does not
 // exist yet (what a start would create), or "" when dir exists.

@@ -85,3 +85,12 @@ func TestFailedServerStartLeavesNoDataDir(t *testing.T) {
 		t.Errorf("the failed start removed a data dir that was there before: %v", err)
 	}
 }
+
+// An idle time too short to keep a lock's record for its next holder is
+// refused, naming the least.
+func TestRemoveIdleLocksBound(t *testing.T) {
+	_, stderr, code := firstHourExec(t, 30*time.Second, nil, "server", "--dev", "--client-addr", "127.0.0.1:0", "--remove-idle-locks", "5s")
+	if code != exitUsage || !strings.Contains(stderr, "--remove-idle-locks 5s: at least 1m0s, or 0 for never") {
+		t.Errorf("server --remove-idle-locks 5s: exit %d\n%s", code, stderr)
+	}
+}
