@@ -82,7 +82,11 @@ func inspectLock(ctx context.Context, c engine.Conn, root, name string) (LockSta
 	if len(q.Contenders) > 0 {
 		ls.Holder = &q.Contenders[0]
 		ls.Waiters = append(ls.Waiters, q.Contenders[1:]...)
-		ls.Lingering = ls.Holder.Lingering
+		if w, ok := c.(engine.HolderWatcher); ok && ls.Holder.Holding {
+			// A verdict that cannot be had leaves the holder as read.
+			ls.Holder.Lingering, _ = w.HolderLingering(ctx, path.Join(root, name))
+			ls.Lingering = ls.Holder.Lingering
+		}
 		return ls, nil
 	}
 	sq, ok, err := engine.ListSemaphore(ctx, c, path.Join(root, name))

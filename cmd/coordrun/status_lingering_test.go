@@ -22,6 +22,31 @@ func TestStatusShowsLingeringHolder(t *testing.T) {
 	t.Run("coordrun", func(t *testing.T) {
 		statusShowsLingering(t, []string{"--servers", firstHourMember(t), "--auth", "ops:secret"})
 	})
+	// A semaphore's frozen holder, in its slot.
+	t.Run("coordrun semaphore", func(t *testing.T) {
+		addr := firstHourMember(t)
+		auth := []string{"--servers", addr, "--auth", "ops:secret"}
+		started := filepath.Join(t.TempDir(), "started")
+		holder := procStart(t, "holder", append(append([]string{"run", "--name", "sem", "--holders", "2", "--session-timeout", "6s", "--kill-grace", "500ms"}, auth...),
+			"--", "sh", "-c", "touch "+started+"; exec sleep 600")...)
+		testkit.WaitFor(t, 30*time.Second, "the holder's job to start", func() bool {
+			_, err := os.Stat(started)
+			return err == nil || !holder.Running()
+		})
+		if err := holder.Signal(syscall.SIGSTOP); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = holder.Signal(syscall.SIGCONT) })
+		var out string
+		testkit.WaitFor(t, 12*time.Second, "status to call the semaphore's frozen holder lingering", func() bool {
+			o, stderr, _ := firstHourExec(t, 30*time.Second, nil, append([]string{"status", "sem"}, auth...)...)
+			out = o + stderr
+			return strings.Contains(out, "lingering")
+		})
+		if !strings.Contains(out, "holder 1/2 (lingering)") || !strings.Contains(out, "silent for") {
+			t.Errorf("status of a semaphore's frozen holder:\n%s", out)
+		}
+	})
 	t.Run("etcd", func(t *testing.T) {
 		testkit.RequireEtcd(t)
 		statusShowsLingering(t, []string{"--servers", testkit.StartEtcd(t, 1).Servers()})

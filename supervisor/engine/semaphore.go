@@ -489,7 +489,8 @@ type SemaphoreQueue struct {
 }
 
 // ListSemaphore reads the semaphore in dir; ok is false when dir holds
-// none (a plain lock, or nothing). The reads are not one snapshot.
+// none (a plain lock, or nothing). The reads are not one snapshot. Each
+// holder carries the verdict on it where c is a HolderWatcher.
 func ListSemaphore(ctx context.Context, c Conn, dir string) (q SemaphoreQueue, ok bool, err error) {
 	kids, err := c.Children(ctx, dir)
 	if err != nil || !slices.Contains(kids, SemaphoreGate) {
@@ -511,8 +512,10 @@ func ListSemaphore(ctx context.Context, c Conn, dir string) (q SemaphoreQueue, o
 		}
 	}
 	slices.Sort(slots)
+	watcher, _ := c.(HolderWatcher)
 	for _, k := range slots {
-		sq, err := c.List(ctx, path.Join(dir, SemaphoreSlotPrefix+strconv.Itoa(k)))
+		slot := path.Join(dir, SemaphoreSlotPrefix+strconv.Itoa(k))
+		sq, err := c.List(ctx, slot)
 		if errors.Is(err, ErrNotFound) {
 			continue
 		}
@@ -521,6 +524,9 @@ func ListSemaphore(ctx context.Context, c Conn, dir string) (q SemaphoreQueue, o
 		}
 		for _, x := range sq.Contenders {
 			if x.Holding {
+				if watcher != nil {
+					x.Lingering, _ = watcher.HolderLingering(ctx, slot)
+				}
 				note(x)
 				q.Holding = append(q.Holding, x)
 			}

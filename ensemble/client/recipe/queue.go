@@ -163,7 +163,6 @@ func List(ctx context.Context, c *client.Client, dir string) (Queue, error) {
 			runQueued = true
 			ct.Holding = true
 			ct.Info.Since = run.Since
-			ct.Lingering = lingering(ctx, c, st.EphemeralOwner)
 		}
 		q.Contenders = append(q.Contenders, ct)
 	}

@@ -526,7 +526,6 @@ func (c *Conn) List(ctx context.Context, dir string) (engine.Queue, error) {
 		ct := state.Contender{Node: names[i], Token: kv.CreateRevision, Info: hi}
 		if s.run != nil && ri.Node == names[i] {
 			ct.Holding, ct.Info = true, ri.HolderInfo
-			ct.Lingering = c.lingering(ctx, clientv3.LeaseID(kv.Lease))
 		}
 		q.Contenders = append(q.Contenders, ct)
 	}
