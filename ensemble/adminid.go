@@ -91,6 +91,14 @@ func (m *Member) reconfigRefusal(remote net.Addr, auth []tree.Identity) wire.Cod
 	return wire.OK
 }
 
+// A snapshot's refusals, after "error: " in the snapshot words' answer:
+// the client lacks the administrator's right, which `coordrun ensemble
+// snapshot save` reports as bad usage (its fix is on the command line).
+const (
+	SnapshotNeedsAdmin  = "snapshots need an administrator: use the member's --admin-socket, or over TLS a client certificate named by its --super-x509"
+	SnapshotNotFromHere = "snapshots over TCP are served to loopback and --admin-from clients only"
+)
+
 // snapshotRefusal says why a snapshot is not served on nc, or "". Over
 // TCP there is no session to authenticate on before the stream starts,
 // so only a client certificate can prove the administrator there.
@@ -102,12 +110,12 @@ func (m *Member) snapshotRefusal(nc net.Conn) string {
 	if !isSuper(m.env.admins.grant(ids)) {
 		m.stats.refused.WithLabelValues(refusedSnapshot).Inc()
 		m.log.Warn("snapshot refused: the client is not the super user", "remote", nc.RemoteAddr().String())
-		return "error: snapshots need an administrator: use the member's --admin-socket, or over TLS a client certificate named by its --super-x509"
+		return "error: " + SnapshotNeedsAdmin
 	}
 	if !m.adminAllowed(nc.RemoteAddr()) {
 		m.stats.refused.WithLabelValues(refusedSnapshot).Inc()
 		m.log.Warn("snapshot refused: address outside loopback and --admin-from", "remote", nc.RemoteAddr().String())
-		return "error: snapshots over TCP are served to loopback and --admin-from clients only"
+		return "error: " + SnapshotNotFromHere
 	}
 	return ""
 }

@@ -170,6 +170,10 @@ type Config struct {
 	// /coordrun/cron.
 	StatusLockRoot string
 	StatusCronRoot string
+	// RemoveIdleLocks: the leader removes a lock folder under
+	// StatusLockRoot that stayed empty and unchanged this long
+	// (idlelocks.go); 0 never.
+	RemoveIdleLocks time.Duration
 
 	// StoreCheck verifies the raft store before it is opened; nil means
 	// CheckStore in this process. It returns a *DamagedStoreError for a
@@ -323,6 +327,9 @@ func (c *Config) setDefaults() error {
 		if !strings.HasPrefix(r.root, "/") || (len(r.root) > 1 && strings.HasSuffix(r.root, "/")) {
 			return configError(r.field, "the status page's %s %q must be an absolute znode path", r.what, r.root)
 		}
+	}
+	if c.RemoveIdleLocks < 0 {
+		return configError("RemoveIdleLocks", "the idle time before a lock folder is removed must not be negative (0: never)")
 	}
 	if c.Pprof && c.AdminAddr == "" {
 		return configError("Pprof", "profiles are served on the admin listener: pprof needs an admin address")

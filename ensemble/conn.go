@@ -65,6 +65,8 @@ type host interface {
 	// reconfig serves a reconfig request from remote, read with the
 	// identities auth.
 	reconfig(ctx context.Context, remote net.Addr, auth []tree.Identity, req *wire.ReconfigRequest) ([]byte, wire.Stat, wire.Code)
+	// silence is the leader's view of a session's liveness.
+	silence(ctx context.Context, id int64) (wire.Silence, error)
 }
 
 // connEnv is what the connections of a member share.
@@ -338,6 +340,9 @@ func (c *conn) start(hdr wire.RequestHeader, d *wire.Decoder) (slot, error) {
 			return zk.ReconfigReply(xid, c.zxid(), config, st)
 		}}, nil
 	case zk.KindRead:
+		if id, ok := zk.SilenceQuery(&req); ok {
+			return slot{finish: func() []byte { return c.silence(xid, id) }}, nil
+		}
 		// Only reads keep their request: writes are planned here.
 		return slot{read: &readRequest{req: req, auth: c.auth}}, nil
 	}
@@ -422,6 +427,21 @@ func (c *conn) sync(xid int32, path string) []byte {
 		return zk.ErrorReply(xid, h.lastZxid(), wire.ErrConnectionLoss)
 	}
 	return zk.SyncReply(xid, h.lastZxid(), path)
+}
+
+// silence answers a read of a session's silence with the leader's view.
+// A leader that cannot be asked (none, or one too old to know the call)
+// is answered as a session it does not track: the reader knows nothing
+// more than without the read.
+func (c *conn) silence(xid int32, id int64) []byte {
+	ctx, cancel := context.WithTimeout(c.env.ctx, c.timeout)
+	defer cancel()
+	s, err := c.env.host.silence(ctx, id)
+	if err != nil {
+		c.env.log.Debug("session silence unknown", "session", fmt.Sprintf("0x%x", id), "err", err)
+		s = wire.Silence{}
+	}
+	return zk.SilenceReply(xid, c.zxid(), s)
 }
 
 func (c *conn) sequence() {

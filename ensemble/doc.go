@@ -131,6 +131,8 @@
 //   - expireLoop: one per member; while leading, it expires sessions past
 //     their deadline after raft's VerifyLeader, proposing each expiry on
 //     a goroutine of its own.
+//   - idleLockLoop: one per member with RemoveIdleLocks; while leading, it
+//     removes lock folders left empty for that long (idlelocks.go).
 //   - proposer.runForm and proposer.runAnswer: one each per member; while
 //     it leads, the first forms group entries and hands them to raft, the
 //     second answers their writes in log order.

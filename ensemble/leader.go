@@ -232,6 +232,7 @@ func (m *Member) peerHandlers() map[byte]peerHandler {
 		rpcTouch:     m.leaderOnly(m.serveTouch),
 		rpcReadIndex: m.leaderOnly(func([]byte) pending[[]byte] { return m.serveReadIndex }),
 		rpcReconfig:  m.leaderOnly(m.serveReconfig),
+		rpcSilence:   m.leaderOnly(m.serveSilence),
 		rpcStatus: func([]byte) pending[[]byte] {
 			b, err := json.Marshal(m.localStatus())
 			return answered(b, err)

@@ -166,6 +166,7 @@ func Start(cfg Config) (*Member, error) {
 		m.tr.Go(m.acceptAdminSocket)
 	}
 	m.tr.Go(m.expireLoop)
+	m.tr.Go(m.idleLockLoop)
 	m.tr.Go(func() {
 		m.health.run(m.ctx, 100*time.Millisecond, func() raft.ServerID {
 			_, id := m.raft.LeaderWithID()

@@ -26,6 +26,7 @@ const (
 	rpcReadIndex byte = 3 // → index the caller must apply before answering sync
 	rpcStatus    byte = 4 // → JSON status of the member
 	rpcReconfig  byte = 5 // member change → done (leader only)
+	rpcSilence   byte = 7 // session id → its silence as JSON (leader only)
 	rpcError     byte = 255
 
 	// rpcLegacyBadChange is how members before peer codes answered a

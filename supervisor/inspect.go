@@ -35,6 +35,9 @@ type LockState struct {
 	// slot's holder (Holder is the first of them), Waiters its queue.
 	MaxHolders int               `json:"max_holders,omitempty"`
 	Holders    []state.Contender `json:"holders,omitempty"`
+	// Lingering is the first holder's verdict (state.Lingering) that
+	// looks wrong, as the status page's lock has it; "" when none does.
+	Lingering string `json:"lingering,omitempty"`
 }
 
 // Inspect reads the state of the named locks under root, or of every lock
@@ -79,6 +82,11 @@ func inspectLock(ctx context.Context, c engine.Conn, root, name string) (LockSta
 	if len(q.Contenders) > 0 {
 		ls.Holder = &q.Contenders[0]
 		ls.Waiters = append(ls.Waiters, q.Contenders[1:]...)
+		if w, ok := c.(engine.HolderWatcher); ok && ls.Holder.Holding {
+			// A verdict that cannot be had leaves the holder as read.
+			ls.Holder.Lingering, _ = w.HolderLingering(ctx, path.Join(root, name))
+			ls.Lingering = ls.Holder.Lingering
+		}
 		return ls, nil
 	}
 	sq, ok, err := engine.ListSemaphore(ctx, c, path.Join(root, name))
@@ -90,6 +98,11 @@ func inspectLock(ctx context.Context, c engine.Conn, root, name string) (LockSta
 		ls.Waiters = append(ls.Waiters, sq.Waiting...)
 		if len(sq.Holding) > 0 {
 			ls.Holder = &ls.Holders[0]
+		}
+		for _, h := range sq.Holding {
+			if h.Lingering != "" && ls.Lingering == "" {
+				ls.Lingering = h.Lingering
+			}
 		}
 		if len(sq.Stopping) > 0 {
 			ls.Stopping = &sq.Stopping[0]

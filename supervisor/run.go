@@ -96,7 +96,8 @@ func Run(ctx context.Context, o Options) (int, error) {
 		}
 	}()
 
-	code, err := waitForLock(ctx, o, e, sigs, func(st engine.Status) {
+	watcher, _ := s.conn.(engine.HolderWatcher)
+	code, err := waitForLock(ctx, o, e, sigs, watcher, s.conn.Timeout(), func(st engine.Status) {
 		if !o.Try && (st.Position == 1 || st.Position == 0 && st.Stopping) {
 			next.arm(spec) // if the first one could not start
 		}
@@ -150,7 +151,10 @@ func (sb *standby) drop() {
 // waitForLock waits in the queue; onStatus sees every change of position.
 // A terminating signal ends the wait (the caller leaves the queue) but
 // stays queued in sigs, so it is seen again at the start of the job.
-func waitForLock(ctx context.Context, o Options, e engine.Entry, sigs *signalPump, onStatus func(engine.Status)) (int, error) {
+//
+// With a watcher (nil: none), the wait also shows whether the holder
+// looks gone, asked every sixth of the session timeout.
+func waitForLock(ctx context.Context, o Options, e engine.Entry, sigs *signalPump, watcher engine.HolderWatcher, timeout time.Duration, onStatus func(engine.Status)) (int, error) {
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	if o.Timeout > 0 {
@@ -169,7 +173,14 @@ func waitForLock(ctx context.Context, o Options, e engine.Entry, sigs *signalPum
 	if o.Try {
 		acquire = e.TryAcquire
 	}
+	var watching sync.WaitGroup
+	hctx, stopHolderWatch := context.WithCancel(wctx)
+	if watcher != nil && !o.Try {
+		watching.Go(func() { watchHolder(hctx, watcher, e.Dir(), max(timeout/6, 100*time.Millisecond), sl) })
+	}
 	err := withAccessHint(acquire(wctx, status))
+	stopHolderWatch()
+	watching.Wait()
 	sl.clear()
 	if s, ok := sigs.stopSignal(); ok {
 		o.Log.Info("signal while waiting; leaving the queue", "signal", s.String())

@@ -15,6 +15,7 @@ import (
 	"github.com/coordrun/coordrun/ensemble"
 	"github.com/coordrun/coordrun/ensemble/client"
 	"github.com/coordrun/coordrun/ensemble/wire"
+	"github.com/coordrun/coordrun/supervisor"
 	"github.com/spf13/cobra"
 	"github.com/spf13/viper"
 )
@@ -166,8 +167,15 @@ are replaced, so restored sessions cannot be resumed and simply expire.`,
 				word = "snpf"
 			}
 			var lastErr error
+			refused, unreachable := 0, 0
 			for _, s := range servers {
 				zxid, n, err := saveSnapshot(s, args[0], word, v.GetDuration("timeout"), tc)
+				switch {
+				case errors.Is(err, errSnapshotRefused):
+					refused++
+				case errors.Is(err, errSnapshotUnreachable):
+					unreachable++
+				}
 				if err != nil {
 					lastErr = err
 					continue
@@ -175,7 +183,16 @@ are replaced, so restored sessions cannot be resumed and simply expire.`,
 				fmt.Fprintf(cmd.OutOrStdout(), "saved %s: %d znodes at zxid 0x%x from %s\n", args[0], n, zxid, s)
 				return nil
 			}
-			return fmt.Errorf("no snapshot saved: %w%s", lastErr, socketHint(v))
+			err = fmt.Errorf("no snapshot saved: %w%s", lastErr, socketHint(v))
+			switch {
+			case refused > 0 && refused+unreachable == len(servers):
+				// Every member that answered wants an administrator, as
+				// ensemble add and remove say for theirs.
+				return usageError{err}
+			case unreachable == len(servers):
+				return exitError{code: supervisor.ExitUnavailable, err: err}
+			}
+			return err
 		},
 	}
 	addAdminFlags(save)
@@ -184,6 +201,14 @@ are replaced, so restored sessions cannot be resumed and simply expire.`,
 	return cmd
 }
 
+// How saving a snapshot from one member failed, where the exit code
+// tells them apart: the member wants an administrator, or it did not
+// answer.
+var (
+	errSnapshotRefused     = errors.New("refused")
+	errSnapshotUnreachable = errors.New("no answer")
+)
+
 // saveSnapshot streams a snapshot from a member, checks it whole, and
 // writes it to file atomically.
 func saveSnapshot(server, file, word string, timeout time.Duration, tc *tls.Config) (int64, int, error) {
@@ -191,10 +216,14 @@ func saveSnapshot(server, file, word string, timeout time.Duration, tc *tls.Conf
 	defer cancel()
 	snap, err := client.FourLetter(ctx, server, word, tc)
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, fmt.Errorf("%w: %w", errSnapshotUnreachable, err)
 	}
 	data := []byte(snap)
-	if bytes.HasPrefix(data, []byte("error: ")) {
+	if why, ok := bytes.CutPrefix(data, []byte("error: ")); ok {
+		switch why := string(bytes.TrimSpace(why)); why {
+		case ensemble.SnapshotNeedsAdmin, ensemble.SnapshotNotFromHere:
+			return 0, 0, fmt.Errorf("%s: %w: %s", server, errSnapshotRefused, why)
+		}
 		return 0, 0, fmt.Errorf("%s: %s", server, bytes.TrimSpace(data))
 	}
 	zxid, t, err := ensemble.ReadBackup(bytes.NewReader(data))

@@ -73,7 +73,7 @@ var exitTable = []struct {
 	}},
 	{"ensemble status", []exitRow{{"0", "success"}, {"1", "--wait: the ensemble was not healthy in time"}, rowUsage, rowUnavailable}},
 	{"ensemble add, remove", []exitRow{{"0", "the membership changed"}, rowUsage, rowUnavailable, {"1", "the change was refused for another reason, said on stderr"}}},
-	{"ensemble snapshot save", []exitRow{{"0", "saved"}, rowUsage, rowUnavailable, {"1", "no snapshot saved"}}},
+	{"ensemble snapshot save", []exitRow{{"0", "saved"}, rowUsage, rowUnavailable, {"1", "no snapshot saved for another reason, said on stderr (a member sent a bad one, FILE could not be written)"}}},
 	{"server", []exitRow{
 		{"0", "stopped by SIGTERM or SIGINT"},
 		{fmt.Sprint(supervisor.ExitUsage), "an invalid configuration, said on stderr (a missing --id, a duplicate id, a --peers that contradicts the data dir, ...)"},

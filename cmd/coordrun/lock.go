@@ -1,10 +1,12 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"path"
+	"slices"
 	"strings"
 
 	"github.com/coordrun/coordrun/ensemble/wire"
@@ -85,6 +87,17 @@ func removeLock(ctx context.Context, c engine.Conn, root, name string) error {
 	if why := lockInUse(q); why != "" {
 		return exitError{code: supervisor.ExitNotAcquired, err: fmt.Errorf("lock %s is in use: %s; lock rm removes only a lock nobody holds or waits for", name, why)}
 	}
+	switch sq, ok, err := engine.ListSemaphore(ctx, c, dir); {
+	case err != nil:
+		return fmt.Errorf("lock %s: %w", name, err)
+	case ok:
+		if why := semaphoreInUse(sq); why != "" {
+			return exitError{code: supervisor.ExitNotAcquired, err: fmt.Errorf("lock %s is in use: %s; lock rm removes only a lock nobody holds or waits for", name, why)}
+		}
+		if err := removeSemaphoreParts(ctx, c, dir); err != nil {
+			return err
+		}
+	}
 	_, st, err := c.Get(ctx, dir)
 	if err != nil {
 		return fmt.Errorf("lock %s: %w", name, err)
@@ -98,7 +111,7 @@ func removeLock(ctx context.Context, c engine.Conn, root, name string) error {
 	}
 	switch err := c.Delete(ctx, dir, st.Version); {
 	case errors.Is(err, wire.ErrNotEmpty), errors.Is(err, engine.ErrVersion):
-		return exitError{code: supervisor.ExitNotAcquired, err: fmt.Errorf("lock %s was taken while being removed; left alone", name)}
+		return errTakenMeanwhile(name)
 	case errors.Is(err, engine.ErrNotFound):
 		return nil // removed meanwhile by another lock rm
 	case err != nil:
@@ -121,4 +134,56 @@ func lockInUse(q engine.Queue) string {
 		parts = append(parts, "a previous holder is stopping its job")
 	}
 	return strings.Join(parts, ", ")
+}
+
+// errTakenMeanwhile: a contender came while the lock was being removed.
+func errTakenMeanwhile(name string) error {
+	return exitError{code: supervisor.ExitNotAcquired, err: fmt.Errorf("lock %s was taken while being removed; left alone", name)}
+}
+
+// semaphoreInUse says who uses a semaphore (run --holders N), or "".
+func semaphoreInUse(q engine.SemaphoreQueue) string {
+	var parts []string
+	if n := len(q.Holding); n > 0 {
+		h := q.Holding[0].Info
+		parts = append(parts, fmt.Sprintf("%d of its %d slots held (the first by %s pid %d)", n, q.Holders, h.Host, h.PID))
+	}
+	if n := len(q.Waiting); n > 0 {
+		parts = append(parts, fmt.Sprintf("%d waiting", n))
+	}
+	if len(q.Stopping) > 0 {
+		parts = append(parts, "a previous holder is stopping its job")
+	}
+	return strings.Join(parts, ", ")
+}
+
+// removeSemaphoreParts deletes the folders a semaphore keeps in dir (its
+// slots, its markers' folder, its gate), each only while empty. A
+// contender that comes meanwhile makes again what it needs (every part is
+// created on demand), and its entry keeps dir from being removed.
+func removeSemaphoreParts(ctx context.Context, c engine.Conn, dir string) error {
+	kids, err := c.Children(ctx, dir)
+	if err != nil {
+		return err
+	}
+	// The gate last: a contender passes it before it uses the rest.
+	gateLast := func(k string) int {
+		if k == engine.SemaphoreGate {
+			return 1
+		}
+		return 0
+	}
+	slices.SortFunc(kids, func(a, b string) int { return cmp.Compare(gateLast(a), gateLast(b)) })
+	for _, k := range kids {
+		if k != engine.SemaphoreGate && k != engine.SemaphoreHeld && !strings.HasPrefix(k, engine.SemaphoreSlotPrefix) {
+			continue
+		}
+		switch err := c.Delete(ctx, path.Join(dir, k), engine.AnyVersion); {
+		case errors.Is(err, wire.ErrNotEmpty):
+			return errTakenMeanwhile(path.Base(dir))
+		case err != nil && !errors.Is(err, engine.ErrNotFound):
+			return fmt.Errorf("remove lock %s: %w", path.Base(dir), err)
+		}
+	}
+	return nil
 }

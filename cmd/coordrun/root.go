@@ -44,10 +44,36 @@ is "coordrun run -- cmd".
 	root.AddCommand(newDocsCommand()) // hidden: man pages and completions for packaging
 	root.AddCommand(newStoreCheckCommand())
 	root.AddCommand(newLockCommand())
+	strictHelp(root)
 	strictCommands(root)
 	addCompletions(root)
 	addExamples(root)
 	return root
+}
+
+// strictHelp makes `coordrun help WORD` for a WORD that names no command
+// bad usage with a suggestion, as `coordrun WORD` is: cobra's own help
+// command prints the root's help for it and exits 0.
+func strictHelp(root *cobra.Command) {
+	root.InitDefaultHelpCmd()
+	for _, help := range root.Commands() {
+		if help.Name() != "help" || help.Run == nil {
+			continue
+		}
+		show := help.Run
+		help.Run = nil
+		help.RunE = func(cmd *cobra.Command, args []string) error {
+			target, rest, err := root.Find(args)
+			if err == nil && target != nil && len(rest) > 0 {
+				err = fmt.Errorf("unknown help topic %q for %q%s", rest[0], target.CommandPath(), commandSuggestion(target, rest[0]))
+			}
+			if err != nil {
+				return usageError{err}
+			}
+			show(cmd, args)
+			return nil
+		}
+	}
 }
 
 // loadConfig returns a viper instance for one command, resolving every key

@@ -3,8 +3,10 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -68,6 +70,7 @@ from it; --peers only matters the first time.
 	f.StringSlice("admin-host", nil, "host names, besides IP addresses, localhost and --admin-addr's host, that requests to the admin listener may carry in Host (e.g. the name Prometheus scrapes)")
 	f.String("status-lock-root", statuspage.DefaultLockRoot, "znode folder of the locks the status page on the admin listener shows (coordrun run's --root)")
 	f.String("status-cron-root", statuspage.DefaultCronRoot, "znode folder of the cron jobs the status page shows (coordrun cron's --root)")
+	f.Duration("remove-idle-locks", 7*24*time.Hour, "the leader removes a lock folder under --status-lock-root that nobody has held or waited for this long (0: never)")
 	f.String("log-format", "text", "log format on stderr: text or json")
 	f.String("log-level", "info", "log level: debug, info, warn, error")
 	addServerTLSFlags(f)
@@ -125,6 +128,7 @@ func runServer(cmd *cobra.Command, _ []string) error {
 		Pprof:             v.GetBool("admin-pprof"),
 		StatusLockRoot:    v.GetString("status-lock-root"),
 		StatusCronRoot:    v.GetString("status-cron-root"),
+		RemoveIdleLocks:   v.GetDuration("remove-idle-locks"),
 		SuperDigest:       v.GetString("super-digest"),
 		SuperX509:         v.GetStringSlice("super-x509"),
 		AdminSocket:       v.GetString("admin-socket"),
@@ -204,9 +208,20 @@ func runServer(cmd *cobra.Command, _ []string) error {
 	if cfg.MaxTreeNodes < 1 || cfg.MaxTreeBytes < 1 {
 		return usageError{errors.New("--max-tree-nodes and --max-tree-bytes must be positive: they bound the tree; raise them rather than remove them")}
 	}
+	if d := cfg.RemoveIdleLocks; d != 0 && d < minRemoveIdleLocks {
+		return usageError{fmt.Errorf("--remove-idle-locks %v: at least %v, or 0 for never: a lock folder's record tells the next holder whether the last one ended cleanly (--lock-delay), and must outlive that", d, minRemoveIdleLocks)}
+	}
 	cfg.StoreCheck = checkStoreInChild
 	warnReadableSecret(log, v.ConfigFileUsed(), v.InConfig("super-digest"))
+	created := missingAncestor(cfg.DataDir)
 	m, err := ensemble.Start(cfg)
+	if err != nil && created != "" {
+		// A refused start leaves no trace: what it made would be taken
+		// next time for a member that once ran here.
+		if rerr := os.RemoveAll(created); rerr != nil {
+			log.Warn("could not remove the data dir this failed start created", "dir", created, "err", rerr)
+		}
+	}
 	if errors.Is(err, ensemble.ErrConfig) {
 		return usageError{settingError(err, v.ConfigFileUsed())}
 	}
@@ -243,4 +258,28 @@ func settingError(err error, configFile string) error {
 		}
 	}
 	return err
+}
+
+// minRemoveIdleLocks is the shortest --remove-idle-locks a member takes.
+const minRemoveIdleLocks = time.Minute
+
+// missingAncestor is the outermost of dir and its ancestors that does not
+// exist yet (what a start would create), or "" when dir exists.
+func missingAncestor(dir string) string {
+	if dir == "" {
+		return ""
+	}
+	dir = filepath.Clean(dir)
+	missing := ""
+	for {
+		if _, err := os.Lstat(dir); err == nil || !errors.Is(err, fs.ErrNotExist) {
+			return missing
+		}
+		missing = dir
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return missing
+		}
+		dir = parent
+	}
 }

@@ -79,6 +79,12 @@ func printLocks(w io.Writer, locks []supervisor.LockState) {
 		if l.Open {
 			open = append(open, l.Name)
 		}
+		for _, h := range append(holders(l), l.Holder) {
+			if h != nil && h.Lingering != "" {
+				warnings = append(warnings, fmt.Sprintf("warning: lock %s: %s (holder %s pid %d)", l.Name, h.Lingering, h.Info.Host, h.Info.PID))
+				break
+			}
+		}
 		if l.Stopping != nil {
 			warnings = append(warnings, fmt.Sprintf("warning: lock %s: the previous holder's node %s was deleted by another client; it is stopping its job", l.Name, l.Stopping.Node))
 		}
@@ -93,6 +99,9 @@ func printLocks(w io.Writer, locks []supervisor.LockState) {
 }
 
 func row(w io.Writer, lock, role string, c state.Contender) {
+	if c.Lingering != "" {
+		role += " (lingering)"
+	}
 	since := ""
 	if !c.Info.Since.IsZero() {
 		since = c.Info.Since.Local().Format(time.DateTime)
@@ -113,4 +122,13 @@ func unreadableLocks(locks []supervisor.LockState) error {
 		return nil
 	}
 	return fmt.Errorf("cannot read lock %s: %w", strings.Join(names, ", "), wire.ErrNoAuth)
+}
+
+// holders are a semaphore's holders, each once.
+func holders(l supervisor.LockState) []*state.Contender {
+	var out []*state.Contender
+	for i := range l.Holders {
+		out = append(out, &l.Holders[i])
+	}
+	return out
 }

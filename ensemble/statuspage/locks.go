@@ -231,7 +231,7 @@ func lockView(r lockRaw, session func(int64) SessionState) LockView {
 			Since: run.Since, Session: sessionHex(r.run.stat.EphemeralOwner), Stopping: true}
 		v.Holder = &c
 		holderNode = r.run
-		v.Lingering = "the holder's queue node is gone; its run node stays until its job has stopped"
+		v.Lingering = state.LingeringQueueGone
 	case r.run != nil:
 		holderNode = r.run
 	}
@@ -248,24 +248,15 @@ func contenderOf(n rawNode) Contender {
 		Command: info.Command, Since: info.Since, Session: sessionHex(n.stat.EphemeralOwner)}
 }
 
-// lingering says why a holder's node n may outlast its holder: it is not
-// ephemeral, its session is gone, or (known on the leader only) its
-// session has been silent for most of its timeout, as when the holder's
-// host died and the session waits to expire.
+// lingering is state.Lingering of a holder's node n, with what this
+// member knows of its owner: in the tree, and (on the leader) how long
+// its session has been silent.
 func lingering(n rawNode, session func(int64) SessionState) string {
-	switch {
-	case n.stat.EphemeralOwner == 0:
-		return "the holder's node is not ephemeral: it stays until deleted by hand"
-	case !n.owner:
-		return "the holder's session is gone but its node lingers"
+	l := state.Liveness{Persistent: n.stat.EphemeralOwner == 0, Gone: !n.owner}
+	if st := session(n.stat.EphemeralOwner); !l.Persistent && st.Tracked {
+		l.Silence = &state.Silence{Silent: st.Silent, Timeout: st.Timeout}
 	}
-	st := session(n.stat.EphemeralOwner)
-	// A client pings every third of its timeout: two pings missed.
-	if st.Tracked && st.Timeout > 0 && st.Silent > st.Timeout*2/3 {
-		return fmt.Sprintf("the holder's session has been silent for %s of its %s timeout: its node lingers until the session expires",
-			st.Silent.Round(100*time.Millisecond), st.Timeout)
-	}
-	return ""
+	return state.Lingering(l)
 }
 
 func sessionHex(id int64) string {

@@ -226,6 +226,17 @@ type Locks interface {
 	List(ctx context.Context, dir string) (Queue, error)
 }
 
+// HolderWatcher is a Conn that can tell whether the holder of a lock
+// looks gone before the store ends its session (state.Lingering), for
+// coordrun status and the waiting line to show: every engine here is one,
+// by its own means. List leaves it out: contenders list queues on their
+// way in, and the verdict costs reads of its own.
+type HolderWatcher interface {
+	// HolderLingering is the verdict on the holder of the lock in dir,
+	// "" when there is none or nothing looks wrong.
+	HolderLingering(ctx context.Context, dir string) (string, error)
+}
+
 // Entry is one contender's place in a lock's queue, and its hold.
 //
 // Fencing token: Token is the entry's Stat.Created. Holders take the lock

@@ -263,6 +263,13 @@ func (s *semEntry) trySlots(ctx context.Context) (wake []<-chan Event, err error
 	// Every slot is busy. Watch the markers; a release between the
 	// listing and the watch shows as a different listing.
 	again, ch, err := s.c.ChildrenW(ctx, s.heldDir())
+	if errors.Is(err, ErrNotFound) {
+		// Removed meanwhile with the idle semaphore (coordrun lock
+		// rm): look again, which makes it anew.
+		fired := make(chan Event, 1)
+		fired <- Event{Kind: ChildrenChanged, Path: s.heldDir()}
+		return []<-chan Event{fired}, nil
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -310,6 +317,14 @@ func (s *semEntry) takeSlot(ctx context.Context, k int) (bool, error) {
 func (s *semEntry) mark(ctx context.Context) error {
 	for {
 		_, _, err := s.c.Create(ctx, s.marker, []byte(s.slot.Node()), Ephemeral)
+		if errors.Is(err, ErrNotFound) {
+			// The markers' folder went (coordrun lock rm of an idle
+			// semaphore, just before this contender came): make it again.
+			if err := s.c.EnsureFolder(ctx, s.heldDir()); err != nil {
+				return err
+			}
+			continue
+		}
 		if !errors.Is(err, ErrExists) {
 			return err
 		}
@@ -474,7 +489,8 @@ type SemaphoreQueue struct {
 }
 
 // ListSemaphore reads the semaphore in dir; ok is false when dir holds
-// none (a plain lock, or nothing). The reads are not one snapshot.
+// none (a plain lock, or nothing). The reads are not one snapshot. Each
+// holder carries the verdict on it where c is a HolderWatcher.
 func ListSemaphore(ctx context.Context, c Conn, dir string) (q SemaphoreQueue, ok bool, err error) {
 	kids, err := c.Children(ctx, dir)
 	if err != nil || !slices.Contains(kids, SemaphoreGate) {
@@ -496,8 +512,10 @@ func ListSemaphore(ctx context.Context, c Conn, dir string) (q SemaphoreQueue, o
 		}
 	}
 	slices.Sort(slots)
+	watcher, _ := c.(HolderWatcher)
 	for _, k := range slots {
-		sq, err := c.List(ctx, path.Join(dir, SemaphoreSlotPrefix+strconv.Itoa(k)))
+		slot := path.Join(dir, SemaphoreSlotPrefix+strconv.Itoa(k))
+		sq, err := c.List(ctx, slot)
 		if errors.Is(err, ErrNotFound) {
 			continue
 		}
@@ -506,6 +524,9 @@ func ListSemaphore(ctx context.Context, c Conn, dir string) (q SemaphoreQueue, o
 		}
 		for _, x := range sq.Contenders {
 			if x.Holding {
+				if watcher != nil {
+					x.Lingering, _ = watcher.HolderLingering(ctx, slot)
+				}
 				note(x)
 				q.Holding = append(q.Holding, x)
 			}

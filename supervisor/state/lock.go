@@ -74,6 +74,10 @@ type Contender struct {
 	// Holding: this contender owns the run record (for the queue's head:
 	// it holds the lock, rather than being about to take it).
 	Holding bool `json:"holding,omitempty"`
+	// Lingering, for a holder, says why its entry may outlive it
+	// (Lingering's verdict); "" when nothing looks wrong or the store
+	// cannot tell.
+	Lingering string `json:"lingering,omitempty"`
 }
 
 // QueueSeq is the sequence number the store appended to a queue entry's

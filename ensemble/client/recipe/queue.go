@@ -171,3 +171,32 @@ func List(ctx context.Context, c *client.Client, dir string) (Queue, error) {
 	}
 	return q, nil
 }
+
+// lingering is state.Lingering of a holder's entry owned by session
+// owner, with the leader's view of the session where the server can give
+// it. A failed read of it is not the listing's failure: the holder is
+// shown as it would be without.
+func lingering(ctx context.Context, c *client.Client, owner int64) string {
+	l := state.Liveness{Persistent: owner == 0}
+	if !l.Persistent {
+		if silent, timeout, ok, err := c.Silence(ctx, owner); err == nil && ok {
+			l.Silence = &state.Silence{Silent: silent, Timeout: timeout}
+		}
+	}
+	return state.Lingering(l)
+}
+
+// HolderLingering is the verdict (state.Lingering) on the holder of the
+// lock in dir, "" when there is none or nothing looks wrong: what a
+// waiter shows while it waits.
+func HolderLingering(ctx context.Context, c *client.Client, dir string) (string, error) {
+	run, _, ok, err := readRun(ctx, c, dir)
+	if err != nil || !ok || run.Node == "" {
+		return "", err
+	}
+	st, ok, err := c.Exists(ctx, path.Join(dir, run.Node))
+	if err != nil || !ok {
+		return "", err
+	}
+	return lingering(ctx, c, st.EphemeralOwner), nil
+}

@@ -534,3 +534,39 @@ func (c *Conn) List(ctx context.Context, dir string) (engine.Queue, error) {
 	}
 	return q, nil
 }
+
+// lingering is state.Lingering of a holder's entry under lease: etcd
+// tells how much of the lease's TTL is left, and a holder renews it every
+// third of it, so what has run down is how long etcd has not heard from
+// the holder. A failed ask is not the listing's failure.
+func (c *Conn) lingering(ctx context.Context, lease clientv3.LeaseID) string {
+	l := state.Liveness{Persistent: lease == 0}
+	if !l.Persistent {
+		resp, err := c.cli.TimeToLive(ctx, lease)
+		switch {
+		case err != nil:
+		case resp.TTL < 0:
+			l.Gone = true
+		default:
+			granted := time.Duration(resp.GrantedTTL) * time.Second
+			l.Silence = &state.Silence{Silent: granted - time.Duration(resp.TTL)*time.Second, Timeout: granted}
+		}
+	}
+	return state.Lingering(l)
+}
+
+// HolderLingering is the verdict on the holder of the lock in dir, from
+// its entry's lease.
+func (c *Conn) HolderLingering(ctx context.Context, dir string) (string, error) {
+	s, err := c.read(ctx, dir)
+	if err != nil || s.run == nil {
+		return "", err
+	}
+	ri := s.runInfo()
+	for i, name := range s.names() {
+		if name == ri.Node {
+			return c.lingering(ctx, clientv3.LeaseID(s.entries[i].Lease)), nil
+		}
+	}
+	return "", nil
+}

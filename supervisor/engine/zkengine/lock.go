@@ -28,6 +28,13 @@ func (z *Conn) List(ctx context.Context, dir string) (engine.Queue, error) {
 	return out, nil
 }
 
+// HolderLingering asks recipe.HolderLingering (coordrun members know a
+// session's silence; Apache ZooKeeper does not, and gets "").
+func (z *Conn) HolderLingering(ctx context.Context, dir string) (string, error) {
+	l, err := recipe.HolderLingering(ctx, z.c, dir)
+	return l, mapErr(err)
+}
+
 // entry is a recipe.Entry in the engine's terms.
 type entry struct{ e *recipe.Entry }
 
