@@ -58,6 +58,14 @@ type fsm struct {
 
 	applied  atomic.Int64 // zxid of the last applied txn; the member's zxid
 	advanced broadcast    // notified whenever applied advances
+
+	// The tree's size as of the last batch or restore, kept apart from
+	// mu: the tree quota admits every write by it (treequota.go), and a
+	// connection must not wait there behind a batch being applied. The
+	// three are stored one by one and may be read from two batches; the
+	// quota's bound is only as exact as the writes in flight anyway.
+	nodes, ephemerals atomic.Int64
+	dataSize          atomic.Int64
 	// grouped: a group entry has been applied (here, or before the
 	// snapshot restored), so zxids are index<<zxidShift | position.
 	grouped atomic.Bool
@@ -73,7 +81,23 @@ type fsm struct {
 }
 
 func newFSM() *fsm {
-	return &fsm{tree: tree.New()}
+	f := &fsm{tree: tree.New()}
+	f.publishSize()
+	return f
+}
+
+// publishSize stores the tree's size for size; under mu (write), or
+// before the fsm is shared.
+func (f *fsm) publishSize() {
+	f.nodes.Store(int64(f.tree.NodeCount()))
+	f.ephemerals.Store(int64(f.tree.EphemeralCount()))
+	f.dataSize.Store(f.tree.ApproximateDataSize())
+}
+
+// size is the tree's size as of the last applied batch, without waiting
+// for one in progress.
+func (f *fsm) size() (nodes, ephemerals int, dataSize int64) {
+	return int(f.nodes.Load()), int(f.ephemerals.Load()), f.dataSize.Load()
 }
 
 // view runs fn with the tree and the zxid it has applied, under the read
@@ -146,6 +170,7 @@ func (f *fsm) ApplyBatch(logs []*raft.Log) []interface{} {
 	if last != 0 {
 		f.applied.Store(last)
 	}
+	f.publishSize()
 	f.mu.Unlock()
 	if last != 0 {
 		f.advanced.notify()
@@ -243,6 +268,7 @@ func (f *fsm) Restore(rc io.ReadCloser) error {
 	f.tree = t
 	f.applied.Store(hdr.zxid)
 	f.grouped.Store(hdr.grouped)
+	f.publishSize()
 	if f.afterRestore != nil {
 		f.afterRestore(t)
 	}

@@ -45,7 +45,8 @@ type Member struct {
 	store   *raftboltdb.BoltStore
 	storage *storageGuard // the data dir's disk-full alarm and fault handling (storage.go)
 	fsm     *fsm
-	prop    *proposer // group commit, used while leading (group.go)
+	prop    *proposer   // group commit, used while leading (group.go)
+	gone    *leaderGone // a follower's early election when the leader's process died (leadergone.go)
 	pool    peerPool
 	health  *peerHealth          // which peers answer; the waiting line and status
 	gate    *peerGate            // who may use the peer port (peergate.go)

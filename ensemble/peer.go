@@ -32,6 +32,9 @@ type peerMux struct {
 	once    sync.Once
 	tls     *peerTLS  // dialing side of peer TLS; nil: plaintext
 	gate    *peerGate // checks who accepted streams come from; nil: none (tests' dial-only muxes)
+	// raftEnded, if set, is told when a connection handed to raft ends
+	// (leadergone.go).
+	raftEnded func()
 
 	// open holds the accepted connections not handed to raft: Close ends
 	// them, so that their goroutines end too (raft closes its own).
@@ -47,7 +50,7 @@ func newPeerMux(tr *tracker, ln net.Listener, handler func(net.Conn), log *slog.
 }
 
 // start serves the listener. The fields the accepted connections read
-// (tls, gate, adv) are set before it: they are not guarded.
+// (tls, gate, adv, raftEnded) are set before it: they are not guarded.
 func (m *peerMux) start() { m.tr.Go(m.serve) }
 
 // hold records an accepted connection until release; false when the mux
@@ -133,6 +136,9 @@ func (m *peerMux) admit(c net.Conn) bool {
 func (m *peerMux) Accept() (net.Conn, error) {
 	select {
 	case c := <-m.raftCh:
+		if m.raftEnded != nil {
+			c = &endConn{Conn: c, end: m.raftEnded}
+		}
 		return c, nil
 	case <-m.closed:
 		return nil, net.ErrClosed

@@ -58,6 +58,8 @@ func (m *Member) startRaft() error {
 		return fmt.Errorf("peer address %q: %w", cfg.advertised(), err)
 	}
 	m.mux.adv = adv
+	m.gone = newLeaderGone(m)
+	m.mux.raftEnded = m.gone.ended
 	m.mux.start()
 	hlog := newRaftLog(m.log)
 	m.health = newPeerHealth(m.log)
@@ -117,6 +119,8 @@ func (m *Member) startRaft() error {
 	m.gate.setRaft(r)
 	m.push.raft.Store(r)
 	m.prop = newProposer(r, m.stats.grouped)
+	m.metrics.reg.MustRegister(m.gone.collectors()...)
+	m.tr.Go(func() { m.gone.run(m.ctx) })
 	m.tr.Go(func() { m.prop.runForm(m.ctx) })
 	m.tr.Go(m.prop.runAnswer)
 	return nil

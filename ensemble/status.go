@@ -7,8 +7,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-
-	"github.com/coordrun/coordrun/ensemble/tree"
 )
 
 // The status a member reports of itself, over the peer port to other
@@ -106,10 +104,7 @@ func (m *Member) ensembleStatus(ctx context.Context) Status {
 	return st
 }
 
-// counts are the tree's sizes.
+// counts are the tree's sizes as of the last applied batch.
 func (m *Member) counts() (nodes, ephemerals int, dataSize int64) {
-	m.fsm.view(func(t *tree.Tree, _ int64) {
-		nodes, ephemerals, dataSize = t.NodeCount(), t.EphemeralCount(), t.ApproximateDataSize()
-	})
-	return nodes, ephemerals, dataSize
+	return m.fsm.size()
 }

@@ -68,6 +68,10 @@ type compareConfig struct {
 
 var allSystems = []string{"coordrun", "zookeeper", "etcd", "raft", "raft-procs"}
 
+// reportOrder is the systems' order in the tables: coordrun-base (-base-bin)
+// next to coordrun.
+var reportOrder = append([]string{"coordrun", "coordrun-base"}, allSystems[1:]...)
+
 var workloadGroups = map[string][]string{
 	"kv":   {"write", "read", "mix"},
 	"lock": {"pred", "herd", "run", "crash"},
@@ -166,6 +170,13 @@ func runCompare(ctx context.Context, cfg config, cc compareConfig) error {
 				writer: zkWriterFor(value), wait: func(ctx context.Context, s *system) error { return waitServing(ctx, s, 60*time.Second) },
 				launch: func(dir string) (*system, error) { return launchCoordrun(cfg.bin, dir) },
 			}
+		case "coordrun-base":
+			s, err := startCoordrun(ctx, cfg.baseBin, filepath.Join(root, "coordrun-base"))
+			if err != nil {
+				return fmt.Errorf("-base-bin: %w", err)
+			}
+			s.name = name
+			procSystems = append(procSystems, s)
 		case "zookeeper":
 			if err := zkInstalled(cfg); err != nil {
 				skip(name, err)

@@ -67,7 +67,7 @@ func (rep *compareReport) write(cfg config, cc compareConfig, text string) error
 // systemNames is the systems measured, in table order.
 func (rep *compareReport) systemNames() []string {
 	var out []string
-	for _, s := range allSystems {
+	for _, s := range reportOrder {
 		for _, x := range rep.Systems {
 			if x.Name == s {
 				out = append(out, s)

@@ -48,6 +48,7 @@ import (
 
 type config struct {
 	bin       string
+	baseBin   string // with -compare: a second coordrun binary, measured as coordrun-base
 	zk        bool
 	java      string
 	classpath string
@@ -67,6 +68,7 @@ func main() {
 	var cfg config
 	_, zkErr := os.Stat("/usr/share/zookeeper")
 	flag.StringVar(&cfg.bin, "bin", "bin/coordrun", "coordrun binary")
+	flag.StringVar(&cfg.baseBin, "base-bin", "", "with -compare: also measure this coordrun binary (an older build, say) as the system coordrun-base, in the same run")
 	flag.BoolVar(&cfg.zk, "zk", zkErr == nil, "also run an Apache ZooKeeper ensemble (default on when /usr/share/zookeeper exists)")
 	flag.StringVar(&cfg.java, "java", "java", "java binary for ZooKeeper")
 	flag.StringVar(&cfg.classpath, "zk-classpath", zkClasspath(), "ZooKeeper server classpath")
@@ -113,6 +115,9 @@ func main() {
 			} else if !slices.Contains(cc.systems, name) {
 				cc.systems = append(cc.systems, name)
 			}
+		}
+		if cfg.baseBin != "" && !slices.Contains(cc.systems, "coordrun-base") {
+			cc.systems = append(cc.systems, "coordrun-base")
 		}
 		if err == nil {
 			cc.workloads, err = parseWorkloads(cfg.workloads)

@@ -175,7 +175,11 @@ func printStages(out io.Writer, kv []result) {
 	var ts []stageTable
 	for _, x := range kv {
 		if x.Workload == "write" && len(x.Stages) > 0 {
-			ts = append(ts, stageTable{fmt.Sprintf("write x%d", x.Clients), x.Stages})
+			label := fmt.Sprintf("write x%d", x.Clients)
+			if x.System != "coordrun" {
+				label = x.System + " " + label
+			}
+			ts = append(ts, stageTable{label, x.Stages})
 		}
 	}
 	printStageTables(out, "\nwhere a write's time goes on coordrun (coordrun_write_stage_seconds over all members during the window;\n"+
