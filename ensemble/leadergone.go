@@ -28,7 +28,14 @@ import (
 // majority steps down after the lease, before a follower shortened to
 // the lease can have elected a successor. A leader that is alive but
 // unreachable keeps its port open, or at least does not refuse: nothing
-// changes for it.
+// changes for it. A firewall that rejects with a TCP reset does make a
+// live leader refuse; then a follower may turn candidate about when the
+// leader steps down (both one lease after their last contact). Writes
+// stay safe (raft), and a liveness the deposed leader acknowledged in
+// that instant gives the client no lease past the successor's: the
+// successor grants every session a full timeout from its term's start,
+// and a client's lease is shortened by its drift margin (250 ms by
+// default), more than that instant.
 
 // leaderProbeTimeout bounds the dial to a leader whose connection ended.
 // A refusal comes back at once; anything slower is not a dead process.
