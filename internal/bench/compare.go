@@ -377,7 +377,8 @@ func runCompare(ctx context.Context, cfg config, cc compareConfig) error {
 			if err != nil {
 				return fmt.Errorf("%s: %w", m.proc.name, err)
 			}
-			rep.Memory = append(rep.Memory, memRow{System: s.name, Member: m.id, Role: m.role, PID: m.proc.pid(), RSSKiB: rss, HWMKiB: hwm})
+			anon, file := rssParts(m.proc.pid())
+			rep.Memory = append(rep.Memory, memRow{System: s.name, Member: m.id, Role: m.role, PID: m.proc.pid(), RSSKiB: rss, HWMKiB: hwm, AnonKiB: anon, FileKiB: file})
 		}
 	}
 

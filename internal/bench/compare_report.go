@@ -272,9 +272,9 @@ Ratios are coordrun's value over the other's: above 1 is better for "higher" met
 	if len(rep.Memory) > 0 {
 		fmt.Fprintln(out)
 		tw = tabwriter.NewWriter(out, 0, 4, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintln(tw, "memory\tmember\trole\tVmRSS MiB\tVmHWM MiB\t")
+		fmt.Fprintln(tw, "memory\tmember\trole\tVmRSS MiB\tanon MiB\tfile MiB\tVmHWM MiB\t")
 		for _, m := range rep.Memory {
-			fmt.Fprintf(tw, "%s\t%d\t%s\t%.1f\t%.1f\t\n", m.System, m.Member, m.Role, mib(m.RSSKiB), mib(m.HWMKiB))
+			fmt.Fprintf(tw, "%s\t%d\t%s\t%.1f\t%.1f\t%.1f\t%.1f\t\n", m.System, m.Member, m.Role, mib(m.RSSKiB), mib(m.AnonKiB), mib(m.FileKiB), mib(m.HWMKiB))
 		}
 		tw.Flush()
 	}

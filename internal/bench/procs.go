@@ -438,6 +438,26 @@ func memory(pid int) (rss, hwm int64, err error) {
 	return rss, hwm, nil
 }
 
+// rssParts splits a process's resident memory into its anonymous part
+// (heap, stacks: what the process allocated) and its file-backed part
+// (the binary's pages, a memory-mapped database), in KiB; 0s when
+// unknown.
+func rssParts(pid int) (anon, file int64) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, 0
+	}
+	kib := func(key string) int64 {
+		f := strings.Fields(field(string(b), key))
+		if len(f) == 0 {
+			return 0
+		}
+		n, _ := strconv.ParseInt(f[0], 10, 64)
+		return n
+	}
+	return kib("RssAnon"), kib("RssFile")
+}
+
 // clockTick is USER_HZ, the unit of utime and stime in /proc/PID/stat;
 // it is 100 on every Linux architecture Go supports.
 const clockTick = 10 * time.Millisecond

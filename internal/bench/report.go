@@ -21,6 +21,10 @@ type memRow struct {
 	PID    int    `json:"pid"`
 	RSSKiB int64  `json:"vmrss_kib"`
 	HWMKiB int64  `json:"vmhwm_kib"`
+	// AnonKiB and FileKiB split VmRSS: what the process allocated, and
+	// the pages of files it maps (its binary, a database's mmap).
+	AnonKiB int64 `json:"rss_anon_kib"`
+	FileKiB int64 `json:"rss_file_kib"`
 }
 
 // runInfo heads every report: when and how the run was made, and on
