@@ -140,7 +140,10 @@ func (w *chaosWorld) leaseAlive(kind string, target chaosRec) func() {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	dir := path.Join("/coordrun/locks", w.r.lock) + "/"
+	dir := w.lockDir + "/"
+	if w.lockDir == "" {
+		dir = path.Join("/coordrun/locks", w.r.lock) + "/"
+	}
 	var lease clientv3.LeaseID
 	for lease == 0 && ctx.Err() == nil {
 		resp, err := em.cli.Get(ctx, dir, clientv3.WithPrefix())

@@ -100,8 +100,8 @@ func chaosBackend(t *testing.T, engine, dir string) (*rig, chaosMembers) {
 		b := etcdBackend(t, 3)
 		return newRig(t, b), newEtcdMembers(t, b)
 	}
-	r := newRig(t, &backend{name: "coordrun server processes"})
-	return r, startServerProcesses(t, dir)
+	members := startServerProcesses(t, dir)
+	return newRig(t, &backend{name: "coordrun server processes", servers: strings.Split(members.Servers(), ",")}), members
 }
 
 func chaosSingleton(t *testing.T, engine string, shortKinds, extraKinds []string) {
@@ -268,6 +268,9 @@ type chaosWorld struct {
 	// every job's.
 	holders  int
 	jobFlags []string
+	// lockDir is the lock's folder, if not /coordrun/locks/<lock> (a
+	// cron job's lock lies under its root).
+	lockDir string
 
 	// Under hostSet.mu.
 	live     map[string]*chaosIncarnation // by label
