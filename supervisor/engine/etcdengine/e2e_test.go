@@ -1,7 +1,6 @@
 package etcdengine
 
 import (
-	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -9,13 +8,11 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/coordrun/coordrun/internal/testkit"
 	"github.com/coordrun/coordrun/supervisor"
-	"github.com/coordrun/coordrun/supervisor/state"
 )
 
 // The coordrun binary (COORDRUN_BIN, else built once for the package).
@@ -142,58 +139,6 @@ func TestEtcdRunBadInput(t *testing.T) {
 	st.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir()}
 	if out, err := st.CombinedOutput(); err != nil {
 		t.Fatalf("status as a reader: %v\n%s", err, out)
-	}
-}
-
-// Two `coordrun cron` hosts on etcd: each firing runs once, on one host,
-// with a token greater than the last.
-func TestEtcdCronEachFiringOnce(t *testing.T) {
-	c := testkit.StartEtcd(t, 1)
-	file := filepath.Join(t.TempDir(), "firings")
-	var hosts []*testkit.Process
-	for h := range 2 {
-		cmd := exec.Command(coordrun(t), "cron", "--servers", c.Servers(), "--session-timeout", "3s", "--kill-grace", "500ms",
-			"--name", "tick", "--schedule", "*/1 * * * * *", "--",
-			"sh", "-c", fmt.Sprintf(`echo "$COORDRUN_SCHEDULED_TIME $COORDRUN_FENCING_TOKEN host%d" >> %s`, h, file))
-		cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir()}
-		hosts = append(hosts, testkit.Spawn(t, fmt.Sprintf("cron host %d", h), cmd))
-	}
-	lines := func() []string {
-		b, _ := os.ReadFile(file)
-		return strings.Split(strings.TrimSpace(string(b)), "\n")
-	}
-	testkit.WaitFor(t, 30*time.Second, "five firings", func() bool { return len(lines()) >= 5 })
-	for _, h := range hosts {
-		_ = h.Signal(syscall.SIGTERM)
-		h.Exit(t, 15*time.Second)
-	}
-	// cron history on etcd lists the same firings.
-	hist := exec.Command(coordrun(t), "cron", "history", "tick", "--servers", c.Servers(), "--json")
-	hist.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir()}
-	out, err := hist.CombinedOutput()
-	if err != nil {
-		t.Fatalf("cron history: %v\n%s", err, out)
-	}
-	var recs []state.FiringRecord
-	if err := json.Unmarshal(out, &recs); err != nil || len(recs) < len(lines()) {
-		t.Fatalf("cron history: %d records for %d firings (%v):\n%s", len(recs), len(lines()), err, out)
-	}
-	seen := map[string]bool{}
-	var last int64
-	for _, l := range lines() {
-		f := strings.Fields(l)
-		if len(f) != 3 {
-			t.Fatalf("line %q", l)
-		}
-		if seen[f[0]] {
-			t.Fatalf("firing %s ran twice:\n%s", f[0], strings.Join(lines(), "\n"))
-		}
-		seen[f[0]] = true
-		tok, _ := strconv.ParseInt(f[1], 10, 64)
-		if tok <= last {
-			t.Fatalf("token %d after %d", tok, last)
-		}
-		last = tok
 	}
 }
 
