@@ -145,10 +145,11 @@ func faultsRound(ctx context.Context, e *lockEnv, s *system, tool, etcdctl strin
 	}
 	defer halt()
 
-	// holder waits for a holder not seen before and returns the pid of
-	// its tool process: etcdctl is the beating job's parent; coordrun's
-	// pid is in its run record.
+	// holder waits for a holder not seen before whose job has begun to
+	// beat, and returns the pid of its tool process: etcdctl is the
+	// beating job's parent; coordrun's pid is in its run record.
 	seen := map[int]bool{}
+	jobsBefore := 0
 	holder := func() (int, error) {
 		var pid int
 		err := poll(ctx, 60*time.Second, 20*time.Millisecond, "a new holder of "+name, func() (bool, error) {
@@ -169,7 +170,12 @@ func faultsRound(ctx context.Context, e *lockEnv, s *system, tool, etcdctl strin
 			} else if bs := readJobBeats(beats); len(bs) > 0 {
 				pid = bs[len(bs)-1].parent
 			}
-			return pid > 0 && !seen[pid], nil
+			jobs := distinctJobs(readJobBeats(beats))
+			if pid > 1 && !seen[pid] && jobs > jobsBefore {
+				jobsBefore = jobs
+				return true, nil
+			}
+			return false, nil
 		})
 		seen[pid] = true
 		return pid, err
@@ -207,11 +213,7 @@ func faultsRound(ctx context.Context, e *lockEnv, s *system, tool, etcdctl strin
 	}
 	bs := readJobBeats(beats)
 	res.Overlaps = overlaps(bs)
-	jobs := map[int]bool{}
-	for _, b := range bs {
-		jobs[b.job] = true
-	}
-	res.Jobs = len(jobs)
+	res.Jobs = distinctJobs(bs)
 	_, _ = cli.Delete(ctx, lockRoot+"/"+name, clientv3.WithPrefix())
 	return res, nil
 }
@@ -239,6 +241,15 @@ func readJobBeats(file string) []jobBeat {
 		bs = append(bs, jobBeat{at: time.Unix(0, int64(secs*1e9)), job: job, parent: parent})
 	}
 	return bs
+}
+
+// distinctJobs counts the jobs that beat.
+func distinctJobs(bs []jobBeat) int {
+	jobs := map[int]bool{}
+	for _, b := range bs {
+		jobs[b.job] = true
+	}
+	return len(jobs)
 }
 
 // overlaps counts the pairs of jobs whose beating spans intersect.
