@@ -1,9 +1,9 @@
 package supervisor_test
 
 // Helpers of the end-to-end tests in e2e_test.go: the coordrun binary, the
-// job the tests run under it (this test binary, re-executed), the two
-// backends (an in-process coordrun ensemble and a standalone Apache
-// ZooKeeper), and processes and their cleanup.
+// job the tests run under it (this test binary, re-executed), the three
+// backends (an in-process coordrun ensemble, a standalone Apache
+// ZooKeeper, and etcd members), and processes and their cleanup.
 
 import (
 	"bufio"

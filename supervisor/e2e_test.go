@@ -2,7 +2,7 @@ package supervisor_test
 
 // End-to-end tests of `coordrun run`: the real binary, real supervisor,
 // watchdog and job processes, against a 3-member coordrun ensemble
-// (in-process) and a standalone Apache ZooKeeper 3.8, with faults
+// (in-process), a standalone Apache ZooKeeper 3.8 and etcd, with faults
 // injected: kill -9, SIGSTOP, a network partition, a leader failover.
 // Every wait polls a condition with a deadline; timings are logged.
 //

@@ -2,8 +2,9 @@ package supervisor_test
 
 // Lock integrity: another client deletes or changes the lock's nodes while
 // a job runs (a foreign go-zookeeper session, as an operator's zkCli or a
-// script with a wrong path would), against the coordrun ensemble and
-// Apache ZooKeeper. The holder's job is stopped and coordrun exits 78; the
+// script with a wrong path would; on etcd an etcd client, as etcdctl del,
+// put and lease revoke would), against the coordrun ensemble, Apache
+// ZooKeeper and etcd. The holder's job is stopped and coordrun exits 78; the
 // next holder starts only once the previous job is gone, checked against
 // the job's process as the kernel saw it. With credentials, the same
 // client is refused by the ensemble.
