@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/coordrun/coordrun/ensemble/client"
 	"github.com/coordrun/coordrun/supervisor"
 	"github.com/coordrun/coordrun/supervisor/state"
 )
@@ -33,13 +32,22 @@ var cronChaosKinds = []string{faultSupKill, faultSupStop, faultHolderFreeze, fau
 //	go test -race -run TestChaosCron ./supervisor
 //	COORDRUN_CHAOS_DURATION=3m go test -race -run TestChaosCron -v -timeout 30m ./supervisor
 func TestChaosCron(t *testing.T) {
+	t.Run("coordrun", func(t *testing.T) { t.Parallel(); chaosCron(t, "coordrun", cronChaosKinds) })
+	t.Run("etcd", func(t *testing.T) { t.Parallel(); chaosCron(t, "etcd", chaosEtcdCronKinds) })
+}
+
+func chaosCron(t *testing.T, engine string, cronKinds []string) {
 	seed, duration := chaosParams(t)
 	var slow atomic.Bool
 	dir := chaosRecordsDir(t, seed, &slow)
-	const root, retryLost = "/cron-chaos", 1
-	r := newRig(t, &backend{name: "coordrun server processes"})
-	members := startServerProcesses(t, dir)
+	// On etcd the cron records live under the key prefix (/coordrun/).
+	root, retryLost := "/cron-chaos", 1
+	if engine == "etcd" {
+		root = "/coordrun/cron-chaos"
+	}
+	r, members := chaosBackend(t, engine, dir)
 	w := newChaosWorld(t, r, members, dir, seed)
+	w.lockDir = path.Join(root, r.lock, "lock")
 	w.slow = &slow
 	w.cutHeals = true
 	w.launch = func(servers, label string, env, job []string) *proc {
@@ -55,7 +63,7 @@ func TestChaosCron(t *testing.T) {
 	w.awaitProgress("the first run")
 
 	began := time.Now()
-	kinds := slices.Clone(cronChaosKinds)
+	kinds := slices.Clone(cronKinds)
 	w.rng.Shuffle(len(kinds), func(i, j int) { kinds[i], kinds[j] = kinds[j], kinds[i] })
 	for i := 0; i < len(kinds) || time.Since(began) < duration; i++ {
 		w.inject(kinds[i%len(kinds)])
@@ -65,16 +73,13 @@ func TestChaosCron(t *testing.T) {
 	// Before the ensemble goes: the records, once every loss was seen.
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	c, err := client.Connect(ctx, client.Config{Servers: strings.Split(members.Servers(), ","), SessionTimeout: 10 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := r.session()
 	var recs []state.FiringRecord
+	var err error
 	waitErr := func() error {
 		for ctx.Err() == nil {
-			recs, err = supervisor.CronHistory(ctx, store(c), root, r.lock)
-			kids, _, herr := c.Children(ctx, path.Join(root, r.lock, "hosts"))
+			recs, err = supervisor.CronHistory(ctx, c, root, r.lock)
+			kids, herr := c.Children(ctx, path.Join(root, r.lock, "hosts"))
 			if err == nil && herr == nil && !slices.ContainsFunc(recs, func(x state.FiringRecord) bool {
 				open := x.State == state.FiringClaimed || x.State == state.FiringRunning
 				return open && !slices.Contains(kids, x.HostNode)

@@ -436,7 +436,7 @@ func (w *chaosWorld) hostLoop(k int, rng *rand.Rand) {
 		inc := &chaosIncarnation{label: label}
 		var via []string
 		for _, s := range strings.Split(w.members.Servers(), ",") {
-			p := testkit.StartProxy(w.t, s)
+			p := w.r.b.startProxy(w.t, s)
 			inc.proxies = append(inc.proxies, p)
 			via = append(via, p.Addr())
 		}
@@ -453,7 +453,7 @@ func (w *chaosWorld) hostLoop(k int, rng *rand.Rand) {
 				return w.r.superviseVia(servers, label, nil, env, job...)
 			}
 		}
-		inc.sup = launch(strings.Join(via, ","), label, []string{chaosHostVar + "=" + label}, job)
+		inc.sup = launch(w.r.b.serversVia(via), label, []string{chaosHostVar + "=" + label}, job)
 		w.live[label] = inc
 		w.mu.Unlock()
 

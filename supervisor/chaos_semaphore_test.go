@@ -29,14 +29,22 @@ const chaosSemHolders, chaosSemHosts = 2, 5
 // The faults the semaphore run injects once each: kill -9, SIGSTOP, a
 // foreign delete (of the holder's slot entry, its run record, or both),
 // and a member's death and pause.
-var chaosSemFaultKinds = []string{faultSupKill, faultSupStop, faultForeignDelete, faultLeaderKill, faultMemberPause}
+// On etcd the same but the foreign delete (TestE2EForeignDelete/etcd).
+var (
+	chaosSemFaultKinds     = []string{faultSupKill, faultSupStop, faultForeignDelete, faultLeaderKill, faultMemberPause}
+	chaosSemEtcdFaultKinds = []string{faultSupKill, faultSupStop, faultLeaderKill, faultMemberPause}
+)
 
 func TestChaosSemaphore(t *testing.T) {
+	t.Run("coordrun", func(t *testing.T) { t.Parallel(); chaosSemaphore(t, "coordrun", chaosSemFaultKinds) })
+	t.Run("etcd", func(t *testing.T) { t.Parallel(); chaosSemaphore(t, "etcd", chaosSemEtcdFaultKinds) })
+}
+
+func chaosSemaphore(t *testing.T, engine string, faultKinds []string) {
 	seed, _ := chaosParams(t)
 	var slow atomic.Bool
 	dir := chaosRecordsDir(t, seed, &slow)
-	r := newRig(t, &backend{name: "coordrun server processes"})
-	members := startServerProcesses(t, dir)
+	r, members := chaosBackend(t, engine, dir)
 	w := newChaosWorld(t, r, members, dir, seed)
 	w.slow = &slow
 	w.holders = chaosSemHolders
@@ -51,7 +59,7 @@ func TestChaosSemaphore(t *testing.T) {
 	}
 	w.awaitProgress("the first run")
 	began := time.Now()
-	kinds := append([]string(nil), chaosSemFaultKinds...)
+	kinds := append([]string(nil), faultKinds...)
 	w.rng.Shuffle(len(kinds), func(i, j int) { kinds[i], kinds[j] = kinds[j], kinds[i] })
 	for _, k := range kinds {
 		w.inject(k)

@@ -37,6 +37,7 @@ import (
 	"github.com/coordrun/coordrun/ensemble/wire"
 	"github.com/coordrun/coordrun/fencing"
 	"github.com/coordrun/coordrun/internal/chaos"
+	"github.com/coordrun/coordrun/internal/netfault"
 	"github.com/coordrun/coordrun/internal/testkit"
 	"github.com/coordrun/coordrun/supervisor"
 )
@@ -52,6 +53,7 @@ const (
 	faultSupStop         = "sup-stop"          // SIGSTOP of the holding supervisor alone past its session
 	faultSupCut          = "sup-cut"           // the holding supervisor cut off from every member
 	faultHolderFreeze    = "holder-freeze"     // supervisor, watchdog and job stopped past the session
+	faultSupDrop         = "sup-drop"          // the holding supervisor's packets dropped by the kernel (internal/netfault): every socket open and silent
 	// The leader paused just under the clients' read timeout (a new
 	// leader is elected meanwhile), resumed, and at once the holding
 	// supervisor cut off: whatever the deposed leader answers to the
@@ -76,14 +78,42 @@ var (
 // waiting while another is faulted.
 const chaosHosts = 4
 
+// The same schedule on each store, side by side: coordrun server
+// processes, and three etcd members (with the fault kinds that apply to
+// them, chaosEtcdKinds).
 func TestChaosSingleton(t *testing.T) {
+	t.Run("coordrun", func(t *testing.T) {
+		t.Parallel()
+		chaosSingleton(t, "coordrun", chaosFaultKinds, chaosExtraKinds)
+	})
+	t.Run("etcd", func(t *testing.T) {
+		t.Parallel()
+		chaosSingleton(t, "etcd", chaosEtcdKinds, nil)
+	})
+}
+
+// chaosBackend starts the store of a chaos run: coordrun server processes,
+// or three etcd members. The rig's backend names it.
+func chaosBackend(t *testing.T, engine, dir string) (*rig, chaosMembers) {
+	t.Helper()
+	if engine == "etcd" {
+		b := etcdBackend(t, 3)
+		return newRig(t, b), newEtcdMembers(t, b)
+	}
+	members := startServerProcesses(t, dir)
+	return newRig(t, &backend{name: "coordrun server processes", servers: strings.Split(members.Servers(), ",")}), members
+}
+
+func chaosSingleton(t *testing.T, engine string, shortKinds, extraKinds []string) {
 	seed, duration := chaosParams(t)
 	var slow atomic.Bool // a slow handoff is no violation, but worth a look
 	dir := chaosRecordsDir(t, seed, &slow)
-	r := newRig(t, &backend{name: "coordrun server processes"})
-	members := startServerProcesses(t, dir)
+	r, members := chaosBackend(t, engine, dir)
 	w := newChaosWorld(t, r, members, dir, seed)
 	w.slow = &slow
+	if slices.Contains(shortKinds, faultSupDrop) {
+		w.packetDrops() // a machine without iptables skips before the run, not amid it
+	}
 	defer w.shutdown()
 	for k := 1; k <= chaosHosts; k++ {
 		w.wg.Add(1)
@@ -93,20 +123,27 @@ func TestChaosSingleton(t *testing.T) {
 
 	began := time.Now()
 	if duration == 0 {
-		kinds := append([]string(nil), chaosFaultKinds...)
+		kinds := append([]string(nil), shortKinds...)
 		w.rng.Shuffle(len(kinds), func(i, j int) { kinds[i], kinds[j] = kinds[j], kinds[i] })
 		for _, k := range kinds {
 			w.inject(k)
 		}
 	} else {
-		kinds := append(append([]string(nil), chaosFaultKinds...), chaosExtraKinds...)
+		kinds := append(append([]string(nil), shortKinds...), extraKinds...)
 		if s := os.Getenv("COORDRUN_CHAOS_FAULTS"); s != "" {
-			kinds = splitList(s)
-			for _, k := range kinds {
-				if !slices.Contains(chaosFaultKinds, k) && !slices.Contains(chaosExtraKinds, k) {
+			var own []string
+			for _, k := range splitList(s) {
+				switch {
+				case slices.Contains(kinds, k):
+					own = append(own, k)
+				case !slices.Contains(chaosFaultKinds, k) && !slices.Contains(chaosExtraKinds, k):
 					t.Fatalf("COORDRUN_CHAOS_FAULTS: unknown fault %q", k)
 				}
 			}
+			if len(own) == 0 {
+				t.Skipf("COORDRUN_CHAOS_FAULTS=%s: none of them applies to %s", s, engine)
+			}
+			kinds = own
 		}
 		var memberKinds []string // in the order of kinds: the seed's, not the map's
 		for _, k := range kinds {
@@ -209,7 +246,7 @@ func chaosRecordsDir(t *testing.T, seed int64, slow *atomic.Bool) string {
 type chaosWorld struct {
 	t       *testing.T
 	r       *rig
-	members *chaos.Cluster
+	members chaosMembers
 	dir     string
 	seed    int64
 	rng     *rand.Rand     // the schedule's; used by the test goroutine only
@@ -231,6 +268,9 @@ type chaosWorld struct {
 	// every job's.
 	holders  int
 	jobFlags []string
+	// lockDir is the lock's folder, if not /coordrun/locks/<lock> (a
+	// cron job's lock lies under its root).
+	lockDir string
 
 	// Under hostSet.mu.
 	live     map[string]*chaosIncarnation // by label
@@ -247,10 +287,11 @@ type chaosWorld struct {
 	lastPinned int64
 	faultLog   *os.File
 	began      time.Time
-	foreign    *client.Client // a session without credentials
+	foreign    *client.Client  // a session without credentials
+	drops      *netfault.Chain // sup-drop's iptables chain, made at its first use
 }
 
-func newChaosWorld(t *testing.T, r *rig, m *chaos.Cluster, dir string, seed int64) *chaosWorld {
+func newChaosWorld(t *testing.T, r *rig, m chaosMembers, dir string, seed int64) *chaosWorld {
 	f, err := os.Create(filepath.Join(dir, chaosFaultLog))
 	if err != nil {
 		t.Fatal(err)
@@ -384,26 +425,30 @@ func (w *chaosWorld) inject(kinds ...string) {
 
 // chaosMemberFaults: on which member (the leader, or any), what is done
 // to it, for how long, and how it is undone.
+//
+// Kill, Restart, Pause and Resume apply to any store; the other faults
+// work coordrun members only (the ensemble's own proxies and words).
 var chaosMemberFaults = map[string]struct {
 	leader      bool
-	apply, heal func(c *chaos.Cluster, i int) error
+	apply, heal func(c chaosMembers, i int) error
 	lo, hi      time.Duration
 }{
-	faultLeaderKill:  {true, (*chaos.Cluster).Kill, (*chaos.Cluster).Restart, 300 * time.Millisecond, 1500 * time.Millisecond},
-	faultMemberPause: {false, (*chaos.Cluster).Pause, (*chaos.Cluster).Resume, time.Second, 2500 * time.Millisecond},
+	faultLeaderKill:  {true, chaosMembers.Kill, chaosMembers.Restart, 300 * time.Millisecond, 1500 * time.Millisecond},
+	faultMemberPause: {false, chaosMembers.Pause, chaosMembers.Resume, time.Second, 2500 * time.Millisecond},
 	faultLeaderPartition: {true,
-		func(c *chaos.Cluster, i int) error { c.Partition([]int{i}); return nil },
-		func(c *chaos.Cluster, i int) error { c.Heal(); return nil },
+		func(c chaosMembers, i int) error { c.(*chaos.Cluster).Partition([]int{i}); return nil },
+		func(c chaosMembers, i int) error { c.(*chaos.Cluster).Heal(); return nil },
 		time.Second, 3 * time.Second},
 	faultMemberClientCut: {false,
-		func(c *chaos.Cluster, i int) error { c.CutClients(i, true); return nil },
-		func(c *chaos.Cluster, i int) error { c.CutClients(i, false); return nil },
+		func(c chaosMembers, i int) error { c.(*chaos.Cluster).CutClients(i, true); return nil },
+		func(c chaosMembers, i int) error { c.(*chaos.Cluster).CutClients(i, false); return nil },
 		500 * time.Millisecond, 2500 * time.Millisecond},
 	// A deposed leader that resumes believes it still leads until it
 	// hears otherwise; whatever it answers in that moment must not
 	// outlast the sessions its successor keeps, even if it dies next.
-	faultLeaderPauseKill: {true, (*chaos.Cluster).Pause,
-		func(c *chaos.Cluster, i int) error {
+	faultLeaderPauseKill: {true, chaosMembers.Pause,
+		func(m chaosMembers, i int) error {
+			c := m.(*chaos.Cluster)
 			if err := c.Resume(i); err != nil {
 				return err
 			}
@@ -524,8 +569,10 @@ func (w *chaosWorld) holderFault(kind string) {
 		// A member fault beside this one may end the supervisor (76)
 		// just before the kill.
 		wasRunning := inc.sup.Running()
+		leaseAlive := w.leaseAlive(kind, target)
 		inc.sup.Signal(syscall.SIGKILL)
 		jobDead(5 * time.Second)
+		leaseAlive()
 		succ := w.successor(kind, target, faulted)
 		w.logf("%s: %s took over with token %d", kind, succ.host, succ.token)
 		if wasRunning {
@@ -533,16 +580,37 @@ func (w *chaosWorld) holderFault(kind string) {
 		}
 
 	case faultSupStop:
+		leaseAlive := w.leaseAlive(kind, target)
 		inc.sup.Signal(syscall.SIGSTOP)
 		jobDead(sessionTimeout + 5*time.Second)
+		leaseAlive()
 		succ := w.successor(kind, target, faulted)
 		w.logf("%s: %s took over with token %d; SIGCONT to %s", kind, succ.host, succ.token, target.host)
 		inc.sup.Signal(syscall.SIGCONT)
 		w.awaitExit(kind, inc, 15*time.Second, supervisor.ExitSessionLost)
 
+	case faultSupDrop:
+		leaseAlive := w.leaseAlive(kind, target)
+		chain := w.packetDrops()
+		for _, p := range inc.proxies {
+			if err := chain.DropAddr(p.Addr()); err != nil {
+				w.t.Fatal(err)
+			}
+		}
+		jobDead(sessionTimeout + 5*time.Second)
+		leaseAlive()
+		succ := w.successor(kind, target, faulted)
+		w.logf("%s: %s took over with token %d; packets of %s flow again", kind, succ.host, succ.token, target.host)
+		if err := chain.Heal(); err != nil {
+			w.t.Fatal(err)
+		}
+		w.awaitExit(kind, inc, 30*time.Second, supervisor.ExitSessionLost)
+
 	case faultSupCut:
+		leaseAlive := w.leaseAlive(kind, target)
 		inc.cut()
 		jobDead(sessionTimeout + 5*time.Second)
+		leaseAlive()
 		succ := w.successor(kind, target, faulted)
 		w.logf("%s: %s took over with token %d", kind, succ.host, succ.token)
 		if w.cutHeals {
@@ -599,6 +667,15 @@ func (w *chaosWorld) holderFault(kind string) {
 			w.t.Fatal(err)
 		}
 	}
+}
+
+// packetDrops is the run's iptables chain (internal/netfault); without
+// iptables the test skips, unless CI is set.
+func (w *chaosWorld) packetDrops() *netfault.Chain {
+	if w.drops == nil {
+		w.drops = netfault.ForTest(w.t)
+	}
+	return w.drops
 }
 
 // foreignDelete deletes lock nodes of target's holder as a client without

@@ -26,6 +26,8 @@ import (
 	"github.com/coordrun/coordrun/ensemble/client"
 	"github.com/coordrun/coordrun/internal/testkit"
 	"github.com/coordrun/coordrun/supervisor"
+	"github.com/coordrun/coordrun/supervisor/engine"
+	"github.com/coordrun/coordrun/supervisor/engine/etcdengine"
 	"github.com/coordrun/coordrun/supervisor/state"
 )
 
@@ -45,17 +47,41 @@ func cronEnsemble(t *testing.T) *backend {
 	return b
 }
 
+// cronObs is the test's own session on a backend: the ZooKeeper client
+// (nil on etcd), and the session through the engine the hosts use.
+type cronObs struct {
+	zk   *client.Client
+	conn engine.Conn
+}
+
+// sync makes the ZooKeeper client's next read see every write before it;
+// etcd's reads are linearizable as they are.
+func (o *cronObs) sync(ctx context.Context, p string) error {
+	if o.zk == nil {
+		return nil
+	}
+	return o.zk.Sync(ctx, p)
+}
+
 // cronObserver is a session of the test's own on b, closed at cleanup.
-func cronObserver(t *testing.T, b *backend) *client.Client {
+func cronObserver(t *testing.T, b *backend) *cronObs {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
+	if b.etcd != nil {
+		c, err := etcdengine.Dial(ctx, etcdengine.Config{Endpoints: b.servers, SessionTimeout: 10 * time.Second})
+		if err != nil {
+			t.Fatalf("observer session: %v", err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return &cronObs{conn: c}
+	}
 	c, err := client.Connect(ctx, client.Config{Servers: b.servers, SessionTimeout: 10 * time.Second})
 	if err != nil {
 		t.Fatalf("observer session: %v", err)
 	}
 	t.Cleanup(func() { c.Close() })
-	return c
+	return &cronObs{zk: c, conn: store(c)}
 }
 
 // Timing of every cron host, as for the e2e supervisors.
@@ -137,14 +163,14 @@ func cronStarts(lines []cronLine) map[int64][]cronLine {
 }
 
 // cronHistory reads a job's firing records after a sync.
-func cronHistory(t *testing.T, c *client.Client, root, job string) []state.FiringRecord {
+func cronHistory(t *testing.T, c *cronObs, root, job string) []state.FiringRecord {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := c.Sync(ctx, root); err != nil {
+	if err := c.sync(ctx, root); err != nil {
 		t.Fatalf("sync %s: %v", root, err)
 	}
-	recs, err := supervisor.CronHistory(ctx, store(c), root, job)
+	recs, err := supervisor.CronHistory(ctx, c.conn, root, job)
 	if err != nil {
 		t.Fatalf("history of %s: %v", job, err)
 	}
@@ -161,12 +187,12 @@ func cronByTime(recs []state.FiringRecord) map[int64]state.FiringRecord {
 }
 
 // cronChildren lists p's children after a sync; none if p is missing.
-func cronChildren(t *testing.T, c *client.Client, p string) []string {
+func cronChildren(t *testing.T, c *cronObs, p string) []string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	_ = c.Sync(ctx, p)
-	kids, _, err := c.Children(ctx, p)
+	_ = c.sync(ctx, p)
+	kids, err := c.conn.Children(ctx, p)
 	if err != nil {
 		return nil
 	}
@@ -175,7 +201,7 @@ func cronChildren(t *testing.T, c *client.Client, p string) []string {
 }
 
 // cronAwaitHosts waits until n cron hosts are registered for the job.
-func cronAwaitHosts(t *testing.T, c *client.Client, root, job string, n int) {
+func cronAwaitHosts(t *testing.T, c *cronObs, root, job string, n int) {
 	t.Helper()
 	testkit.WaitFor(t, 20*time.Second, fmt.Sprintf("%d hosts registered for %s", n, job), func() bool {
 		return len(cronChildren(t, c, path.Join(root, job, "hosts"))) == n

@@ -20,7 +20,8 @@ import (
 // records younger than the horizon stay.
 func TestCronHistoryLimits(t *testing.T) {
 	b := sharedCoordrun(t)
-	c := cronObserver(t, b)
+	obs := cronObserver(t, b)
+	c := obs.zk
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	root := "/cron-history-" + randHex(4)
@@ -47,7 +48,7 @@ func TestCronHistoryLimits(t *testing.T) {
 	}
 	left := func() []string {
 		var out []string
-		for _, r := range cronHistory(t, c, root, "nightly") {
+		for _, r := range cronHistory(t, obs, root, "nightly") {
 			out = append(out, fmt.Sprintf("%d:%s", int(r.Scheduled.Sub(base)/time.Minute), state.ResultOf(r)))
 		}
 		return out

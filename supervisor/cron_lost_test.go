@@ -457,7 +457,7 @@ func TestCronRetryOutlivesHost(t *testing.T) {
 	cronAwaitHosts(t, obs, root, job, 3)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if _, err := supervisor.RequestCron(ctx, store(obs), root, job, state.CronRequest{Kind: "trigger", Times: []time.Time{time.Now().UTC().Truncate(time.Second)}, By: "test"}, time.Now()); err != nil {
+	if _, err := supervisor.RequestCron(ctx, obs.conn, root, job, state.CronRequest{Kind: "trigger", Times: []time.Time{time.Now().UTC().Truncate(time.Second)}, By: "test"}, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	var failed state.FiringRecord

@@ -55,13 +55,13 @@ func TestCronSkewRetriesPause(t *testing.T) {
 	defer cancel()
 	cronWaitFor(first.Add(time.Second))
 	pauseFrom := time.Now()
-	if ok, err := supervisor.PauseCron(ctx, store(obs), root, job, "test"); err != nil || !ok {
+	if ok, err := supervisor.PauseCron(ctx, obs.conn, root, job, "test"); err != nil || !ok {
 		t.Fatalf("PauseCron = %v, %v", ok, err)
 	}
 	paused := time.Now()
 	cronWaitFor(paused.Add(3 * time.Second))
 	resumeFrom := time.Now()
-	if ok, err := supervisor.ResumeCron(ctx, store(obs), root, job); err != nil || !ok {
+	if ok, err := supervisor.ResumeCron(ctx, obs.conn, root, job); err != nil || !ok {
 		t.Fatalf("ResumeCron = %v, %v", ok, err)
 	}
 	resumed := time.Now()

@@ -1,9 +1,9 @@
 package supervisor_test
 
 // Helpers of the end-to-end tests in e2e_test.go: the coordrun binary, the
-// job the tests run under it (this test binary, re-executed), the two
-// backends (an in-process coordrun ensemble and a standalone Apache
-// ZooKeeper), and processes and their cleanup.
+// job the tests run under it (this test binary, re-executed), the three
+// backends (an in-process coordrun ensemble, a standalone Apache
+// ZooKeeper, and etcd members), and processes and their cleanup.
 
 import (
 	"bufio"
@@ -26,12 +26,16 @@ import (
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+
 	"github.com/coordrun/coordrun/ensemble/client"
 	"github.com/coordrun/coordrun/ensemble/wire"
 	"github.com/coordrun/coordrun/internal/testkit"
 	"github.com/coordrun/coordrun/internal/testkit/ensembletest"
 	"github.com/coordrun/coordrun/internal/testkit/zookeeper"
 	"github.com/coordrun/coordrun/supervisor"
+	"github.com/coordrun/coordrun/supervisor/engine"
+	"github.com/coordrun/coordrun/supervisor/engine/etcdengine"
 	"github.com/coordrun/coordrun/supervisor/engine/zkengine"
 )
 
@@ -366,12 +370,73 @@ func deathWatch(t *testing.T, pid int) <-chan time.Time {
 // backend is an ensemble the supervisors use.
 type backend struct {
 	name    string
-	servers []string
-	members *ensembletest.Cluster // coordrun in-process members; nil for ZooKeeper
+	servers []string              // each member's client address, host:port
+	members *ensembletest.Cluster // coordrun in-process members; nil for ZooKeeper and etcd
 	zk      bool
+	etcd    *testkit.EtcdCluster // etcd members; nil for the ZooKeeper protocol
 }
 
-func (b *backend) serverArg() string { return strings.Join(b.servers, ",") }
+func (b *backend) serverArg() string { return b.serversVia(b.servers) }
+
+// serversVia is the --servers value naming addrs (b's members or proxies
+// in front of them) in b's protocol.
+func (b *backend) serversVia(addrs []string) string {
+	if b.etcd == nil {
+		return strings.Join(addrs, ",")
+	}
+	var s []string
+	for _, a := range addrs {
+		s = append(s, "etcd://"+a)
+	}
+	return strings.Join(s, ",")
+}
+
+// renewEvery is how long a supervisor may go between two acknowledged
+// lease renewals on b: the ZooKeeper protocol's ping interval, or the
+// etcd engine's one renewal per third of the TTL. A session ends no
+// sooner than the timeout less this after a holder's last act.
+func (b *backend) renewEvery() time.Duration {
+	if b.etcd != nil {
+		return sessionTimeout / 3
+	}
+	return pingInterval
+}
+
+// expiryUncertainty is how late a successor may learn that its
+// predecessor's session ended, beyond the ZooKeeper protocol's: etcd
+// tells a lease's time to live in whole seconds, so the next in line
+// waits out the second in which the lease could have expired.
+func (b *backend) expiryUncertainty() time.Duration {
+	if b.etcd != nil {
+		return time.Second
+	}
+	return 0
+}
+
+// startProxy is a proxy in front of member address target, stopped when
+// the test ends: one that reads ZooKeeper frames on the ZooKeeper
+// protocol, a plain byte relay for etcd's gRPC.
+func (b *backend) startProxy(t testing.TB, target string) *testkit.Proxy {
+	t.Helper()
+	if b.etcd == nil {
+		return testkit.StartProxy(t, target)
+	}
+	p, err := testkit.NewProxy(testkit.ProxyConfig{Target: target})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	return p
+}
+
+// differs skips the rest of an etcd row: the feature works otherwise on
+// etcd, as docs/etcd.md's engine × feature table says (why names the row).
+func (b *backend) differs(t *testing.T, why string) {
+	t.Helper()
+	if b.etcd != nil {
+		t.Skipf("differs on etcd (docs/etcd.md, engine × feature): %s", why)
+	}
+}
 
 // notifications sums coordrun_watch_notifications over every member's mntr.
 func (b *backend) notifications(t *testing.T) int64 {
@@ -488,11 +553,27 @@ func sharedZooKeeper(t *testing.T) *backend {
 	return &backend{name: "zookeeper", servers: []string{shared.zk.Addr(t)}, zk: true}
 }
 
-// forEachBackend runs f against the coordrun ensemble and against Apache
-// ZooKeeper, as subtests.
+// etcdBackend is an etcd cluster of n members (1 or 3) of the test's own,
+// stopped when it ends; the supervisors reach it as --servers etcd://...
+// Without etcd the test skips, unless CI is set.
+func etcdBackend(t *testing.T, n int) *backend {
+	t.Helper()
+	c := testkit.StartEtcd(t, n)
+	b := &backend{name: "etcd", etcd: c}
+	for _, u := range c.Endpoints() {
+		b.servers = append(b.servers, strings.TrimPrefix(u, "http://"))
+	}
+	return b
+}
+
+// forEachBackend runs f against the coordrun ensemble, Apache ZooKeeper
+// and etcd, as subtests. The etcd row has a one-member cluster of its own
+// and runs beside the other two (they share theirs with other tests, not
+// with each other's rows): the three engines cost the time of the slowest.
 func forEachBackend(t *testing.T, f func(t *testing.T, b *backend)) {
-	t.Run("coordrun", func(t *testing.T) { f(t, sharedCoordrun(t)) })
-	t.Run("zookeeper", func(t *testing.T) { f(t, sharedZooKeeper(t)) })
+	t.Run("coordrun", func(t *testing.T) { t.Parallel(); f(t, sharedCoordrun(t)) })
+	t.Run("zookeeper", func(t *testing.T) { t.Parallel(); f(t, sharedZooKeeper(t)) })
+	t.Run("etcd", func(t *testing.T) { t.Parallel(); f(t, etcdBackend(t, 1)) })
 }
 
 // --- a test's processes ----------------------------------------------------------
@@ -520,6 +601,9 @@ type rig struct {
 
 	obsOnce sync.Once
 	obs     *client.Client
+
+	connOnce sync.Once
+	conn     engine.Conn // the test's own session through the engine, any backend
 }
 
 func newRig(t *testing.T, b *backend) *rig {
@@ -700,14 +784,39 @@ func (r *rig) observer() *client.Client {
 	return r.obs
 }
 
+// session is the test's own session through the engine the supervisors
+// use: the observer on the ZooKeeper protocol, an etcd lease on etcd.
+func (r *rig) session() engine.Conn {
+	r.t.Helper()
+	if r.b.etcd == nil {
+		return store(r.observer())
+	}
+	r.connOnce.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		c, err := etcdengine.Dial(ctx, etcdengine.Config{Endpoints: r.b.servers, SessionTimeout: 10 * time.Second})
+		if err != nil {
+			r.t.Fatalf("etcd observer: %v", err)
+		}
+		r.conn = c
+		r.t.Cleanup(func() { c.Close() })
+	})
+	if r.conn == nil {
+		r.t.Fatal("no etcd observer session")
+	}
+	return r.conn
+}
+
 // state reads the lock's holder and waiters with the observer (no watches).
 func (r *rig) state() supervisor.LockState {
 	r.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	c := r.observer()
-	_ = c.Sync(ctx, "/coordrun/locks")
-	ls, err := supervisor.Inspect(ctx, store(c), "/coordrun/locks", []string{r.lock})
+	if r.b.etcd == nil {
+		// etcd's reads are linearizable as they are.
+		_ = r.observer().Sync(ctx, "/coordrun/locks")
+	}
+	ls, err := supervisor.Inspect(ctx, r.session(), "/coordrun/locks", []string{r.lock})
 	if err != nil || len(ls) != 1 {
 		r.t.Fatalf("inspect %s: %v %v", r.lock, ls, err)
 	}
@@ -743,9 +852,26 @@ func (r *rig) statusJSON() supervisor.LockState {
 	return ls[0]
 }
 
-// watchGone arms a watch on node and reports when it is deleted.
+// watchGone arms a watch on node and reports when it is deleted: by the
+// store when the session that owns it ends (on etcd: its lease expires),
+// or by a release.
 func (r *rig) watchGone(node string) <-chan time.Time {
 	r.t.Helper()
+	ch := make(chan time.Time, 1)
+	if r.b.etcd != nil {
+		ctx, cancel := context.WithCancel(context.Background())
+		r.t.Cleanup(cancel)
+		_, _, ev, err := r.session().GetW(ctx, node)
+		if err != nil {
+			r.t.Fatalf("watch %s: %v", node, err)
+		}
+		go func() {
+			if e, ok := <-ev; ok && e.Kind == engine.Deleted {
+				ch <- time.Now()
+			}
+		}()
+		return ch
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	_, ok, ev, err := r.observer().ExistsW(ctx, node)
@@ -755,7 +881,6 @@ func (r *rig) watchGone(node string) <-chan time.Time {
 	if !ok {
 		r.t.Fatalf("watch %s: already gone", node)
 	}
-	ch := make(chan time.Time, 1)
 	go func() {
 		e := <-ev
 		if e.Type == wire.EventNodeDeleted {
@@ -763,6 +888,41 @@ func (r *rig) watchGone(node string) <-chan time.Time {
 		}
 	}()
 	return ch
+}
+
+// etcdLease is the lease of a holder's key on etcd, to ask etcd itself
+// whether it still lives.
+type etcdLease struct {
+	cli *clientv3.Client
+	id  clientv3.LeaseID
+}
+
+// leaseOf is the lease node (a key on etcd) is attached to now. Only on
+// etcd; node must exist.
+func (r *rig) leaseOf(node string) etcdLease {
+	r.t.Helper()
+	cli := r.session().(*etcdengine.Conn).Client()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	resp, err := cli.Get(ctx, node)
+	if err != nil || len(resp.Kvs) == 0 || resp.Kvs[0].Lease == 0 {
+		r.t.Fatalf("the lease of %s: %v %v", node, resp, err)
+	}
+	return etcdLease{cli: cli, id: clientv3.LeaseID(resp.Kvs[0].Lease)}
+}
+
+// ttl is what etcd's TimeToLive says is left of the lease, in whole
+// seconds rounded down: ≥ 0 while it lives, -1 once it expired or was
+// revoked.
+func (l etcdLease) ttl(t *testing.T) int64 {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	resp, err := l.cli.TimeToLive(ctx, l.id)
+	if err != nil {
+		t.Fatalf("TimeToLive of lease %x: %v", int64(l.id), err)
+	}
+	return resp.TTL
 }
 
 // sortedStarts returns the start records sorted by time.

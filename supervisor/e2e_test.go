@@ -2,7 +2,7 @@ package supervisor_test
 
 // End-to-end tests of `coordrun run`: the real binary, real supervisor,
 // watchdog and job processes, against a 3-member coordrun ensemble
-// (in-process) and a standalone Apache ZooKeeper 3.8, with faults
+// (in-process), a standalone Apache ZooKeeper 3.8 and etcd, with faults
 // injected: kill -9, SIGSTOP, a network partition, a leader failover.
 // Every wait polls a condition with a deadline; timings are logged.
 //
@@ -31,7 +31,7 @@ func TestE2EMutualExclusion(t *testing.T) {
 		const n = 6
 		r := newRig(t, b)
 		var before int64
-		if !b.zk {
+		if b.members != nil {
 			before = b.notifications(t)
 		}
 		// The first holder waits for the gate, so that all others queue
@@ -77,7 +77,7 @@ func TestE2EMutualExclusion(t *testing.T) {
 			}
 		}
 		t.Logf("%d jobs ran one at a time; tokens %v; handoff gaps (end → next start) %v", n, tokensOf(starts), gaps)
-		if !b.zk {
+		if b.members != nil {
 			// Each release wakes exactly one waiter, and fires the two
 			// watches its holder kept on its own queue node and run node.
 			delta := b.notifications(t) - before
@@ -134,8 +134,9 @@ func TestE2EKillHolder(t *testing.T) {
 		wait := startB.at.Sub(killed)
 		t.Logf("crash → next holder starts: %v (session timeout %v, %.2f×)", ms(wait), sessionTimeout, wait.Seconds()/sessionTimeout.Seconds())
 		// The server cannot expire the session before it last heard of it
-		// (≥ one ping interval before the kill) + the timeout.
-		if lo := sessionTimeout - pingInterval - 100*time.Millisecond; wait < lo {
+		// (≥ one ping interval, or etcd renewal, before the kill) + the
+		// timeout.
+		if lo := sessionTimeout - b.renewEvery() - 100*time.Millisecond; wait < lo {
 			t.Errorf("next holder started %v after the crash, before the session could have expired (≥ %v)", wait, lo)
 		}
 		if hi := sessionTimeout + 3*time.Second; wait > hi {
@@ -165,10 +166,12 @@ func TestE2EStoppedSupervisor(t *testing.T) {
 		ls := r.awaitQueue(10*time.Second, 1)
 		expired := r.watchGone(ls.Holder.Node)
 		died := deathWatch(t, startA.pid())
+		leaseAlive := leaseCheck(t, r, ls.Holder.Node)
 
 		stopped := time.Now()
 		a.Signal(syscall.SIGSTOP)
 		death := testkit.Recv(t, died, sessionTimeout+2*time.Second, "the job's death")
+		leaseAlive("SIGSTOP of the holder")
 		expiry := testkit.Recv(t, expired, sessionTimeout+5*time.Second, "the session's expiry (holder node deleted)")
 		startB := r.await(5*time.Second, "start", "B", "")
 		term, hadTerm := r.find("sig", "A", "TERM")
@@ -211,22 +214,24 @@ func TestE2ECutOff(t *testing.T) {
 		var proxies []*testkit.Proxy
 		var via []string
 		for _, s := range b.servers {
-			p := testkit.StartProxy(t, s)
+			p := b.startProxy(t, s)
 			proxies = append(proxies, p)
 			via = append(via, p.Addr())
 		}
-		a := r.superviseVia(strings.Join(via, ","), "A", nil, nil, r.job("A", "-forever", "-trap", "TERM")...)
+		a := r.superviseVia(b.serversVia(via), "A", nil, nil, r.job("A", "-forever", "-trap", "TERM")...)
 		startA := r.await(10*time.Second, "start", "A", "")
 		bb := r.supervise("B", nil, r.job("B", "-hold", "100ms")...)
 		ls := r.awaitQueue(10*time.Second, 1)
 		expired := r.watchGone(ls.Holder.Node)
 		died := deathWatch(t, startA.pid())
+		leaseAlive := leaseCheck(t, r, ls.Holder.Node)
 
 		cut := time.Now()
 		for _, p := range proxies {
 			p.Drop(true)
 		}
 		death := testkit.Recv(t, died, sessionTimeout+2*time.Second, "the job's death")
+		leaseAlive("the cut")
 		expiry := testkit.Recv(t, expired, sessionTimeout+5*time.Second, "the session's expiry")
 		startB := r.await(5*time.Second, "start", "B", "")
 		t.Logf("cut → job dead %v, session expired %v, B starts %v; job dead %v before expiry (%s)",
@@ -417,6 +422,27 @@ func TestE2ESignals(t *testing.T) {
 	})
 }
 
+// leaseCheck returns, on etcd, a check to call right after the job of
+// node's holder was seen dead: etcd's own TimeToLive must still count the
+// holder's lease alive, so the job died before etcd could expire it (the
+// lease is asked for now, while node exists). Elsewhere the watch on the
+// holder's node (watchGone) tells the same, and the check does nothing.
+func leaseCheck(t *testing.T, r *rig, node string) func(after string) {
+	t.Helper()
+	if r.b.etcd == nil {
+		return func(string) {}
+	}
+	l := r.leaseOf(node)
+	return func(after string) {
+		t.Helper()
+		ttl := l.ttl(t)
+		t.Logf("etcd's TimeToLive of the holder's lease %x once its job was dead: %ds", int64(l.id), ttl)
+		if ttl < 0 {
+			t.Errorf("after %s the job was seen dead only once etcd had expired the holder's lease %x", after, int64(l.id))
+		}
+	}
+}
+
 // jobPid is the pid in the rig's first start record, or 0.
 func jobPid(r *rig) int {
 	if x, ok := r.find("start", "A", ""); ok {
@@ -482,7 +508,7 @@ func TestE2ETryTimeoutLockDelay(t *testing.T) {
 		t.Logf("after a crash: session expired → next holder starts %v (lock-delay %v)", ms(startC.at.Sub(expiry)), delay)
 		if g := startC.at.Sub(expiry); g < delay {
 			t.Errorf("with --lock-delay %v the next holder started %v after the session expired", delay, g)
-		} else if g > delay+2*time.Second {
+		} else if g > delay+2*time.Second+b.expiryUncertainty() {
 			t.Errorf("with --lock-delay %v the next holder started only %v after the session expired", delay, g)
 		}
 		if startC.token <= startA.token {
@@ -614,12 +640,18 @@ func TestE2EFencedStore(t *testing.T) {
 // waiting for a store that may never answer.
 func TestE2ETermWhileJoining(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b *backend) {
+		if b.etcd != nil {
+			// Not a difference of the feature: the proxy can hold the
+			// reply to one ZooKeeper request, not to one gRPC call in
+			// etcd's multiplexed stream.
+			t.Skip("the fault (holding the reply to the entry's create) needs the ZooKeeper protocol's framing")
+		}
 		r := newRig(t, b)
 		var proxies []*testkit.Proxy
 		var via []string
 		var held []<-chan struct{}
 		for _, s := range b.servers {
-			p := testkit.StartProxy(t, s)
+			p := b.startProxy(t, s)
 			h, release := p.HoldReplyTo(wire.OpCreate2)
 			t.Cleanup(release)
 			proxies = append(proxies, p)

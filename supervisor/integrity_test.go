@@ -2,13 +2,15 @@ package supervisor_test
 
 // Lock integrity: another client deletes or changes the lock's nodes while
 // a job runs (a foreign go-zookeeper session, as an operator's zkCli or a
-// script with a wrong path would), against the coordrun ensemble and
-// Apache ZooKeeper. The holder's job is stopped and coordrun exits 78; the
+// script with a wrong path would; on etcd an etcd client, as etcdctl del,
+// put and lease revoke would), against the coordrun ensemble, Apache
+// ZooKeeper and etcd. The holder's job is stopped and coordrun exits 78; the
 // next holder starts only once the previous job is gone, checked against
 // the job's process as the kernel saw it. With credentials, the same
 // client is refused by the ensemble.
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -24,6 +26,8 @@ import (
 	"github.com/coordrun/coordrun/internal/testkit"
 	"github.com/coordrun/coordrun/supervisor"
 	"github.com/go-zookeeper/zk"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 )
 
 // foreign is a go-zookeeper session with no credentials.
@@ -100,10 +104,92 @@ func deleteAll(conn *zk.Conn, dir string) error {
 
 func TestE2EForeignDelete(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b *backend) {
-		for _, mode := range []string{"queue", "run", "queue-then-run", "run-then-queue", "deleteall", "setdata"} {
+		modes := []string{"queue", "run", "queue-then-run", "run-then-queue", "deleteall", "setdata"}
+		if b.etcd != nil {
+			// etcdctl lease revoke: the holder's keys all go at once.
+			modes = append(modes, "revoke")
+		}
+		for _, mode := range modes {
 			t.Run(mode, func(t *testing.T) { foreignDelete(t, b, mode) })
 		}
 	})
+}
+
+// foreignStore is what another client does to the lock's records: a
+// go-zookeeper session without credentials, or an etcd client (as
+// etcdctl del, put and lease revoke would).
+type foreignStore struct {
+	t   *testing.T
+	zk  *zk.Conn
+	cli *clientv3.Client
+}
+
+func foreignOn(t *testing.T, b *backend) *foreignStore {
+	t.Helper()
+	if b.etcd == nil {
+		return &foreignStore{t: t, zk: foreign(t, b)}
+	}
+	cli, err := clientv3.New(clientv3.Config{Endpoints: b.etcd.Endpoints(), DialTimeout: 10 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	return &foreignStore{t: t, cli: cli}
+}
+
+func (f *foreignStore) ctx() context.Context { return testkit.Context(f.t, 10*time.Second) }
+
+func (f *foreignStore) del(p string) error {
+	if f.zk != nil {
+		return f.zk.Delete(p, -1)
+	}
+	resp, err := f.cli.Delete(f.ctx(), p)
+	if err == nil && resp.Deleted != 1 {
+		err = fmt.Errorf("no key %s", p)
+	}
+	return err
+}
+
+// deleteAll removes dir and everything in it at once: zkCli's deleteall,
+// or on etcd one transaction (etcdctl del --prefix).
+func (f *foreignStore) deleteAll(dir string) error {
+	if f.zk != nil {
+		return deleteAll(f.zk, dir)
+	}
+	_, err := f.cli.Txn(f.ctx()).Then(clientv3.OpDelete(dir), clientv3.OpDelete(dir+"/", clientv3.WithPrefix())).Commit()
+	return err
+}
+
+// set replaces p's data; on etcd a put also detaches the key from its
+// lease, as etcdctl put does.
+func (f *foreignStore) set(p string, data []byte) error {
+	if f.zk != nil {
+		_, err := f.zk.Set(p, data, -1)
+		return err
+	}
+	_, err := f.cli.Put(f.ctx(), p, string(data))
+	return err
+}
+
+// owned reports whether p exists bound to a session (an ephemeral node,
+// or a key with a lease).
+func (f *foreignStore) owned(p string) bool {
+	if f.zk != nil {
+		_, st, err := f.zk.Get(p)
+		return err == nil && st.EphemeralOwner != 0
+	}
+	resp, err := f.cli.Get(f.ctx(), p)
+	return err == nil && len(resp.Kvs) == 1 && resp.Kvs[0].Lease != 0
+}
+
+// revoke revokes the lease p is attached to (etcd only).
+func (f *foreignStore) revoke(p string) error {
+	resp, err := f.cli.Get(f.ctx(), p)
+	if err != nil || len(resp.Kvs) == 0 {
+		return fmt.Errorf("the lease of %s: %v", p, err)
+	}
+	_, err = f.cli.Revoke(f.ctx(), clientv3.LeaseID(resp.Kvs[0].Lease))
+	return err
 }
 
 func foreignDelete(t *testing.T, b *backend, mode string) {
@@ -121,10 +207,10 @@ func foreignDelete(t *testing.T, b *backend, mode string) {
 	}
 	dir := path.Join("/coordrun/locks", r.lock)
 	queue, run := ls.Holder.Node, path.Join(dir, "run")
-	conn := foreign(t, b)
+	conn := foreignOn(t, b)
 	del := func(p string) {
 		t.Helper()
-		if err := conn.Delete(p, -1); err != nil {
+		if err := conn.del(p); err != nil {
 			t.Fatalf("foreign delete %s: %v", p, err)
 		}
 	}
@@ -145,18 +231,19 @@ func foreignDelete(t *testing.T, b *backend, mode string) {
 	case "run-then-queue":
 		del(run)
 		awaitTERM()
-		testkit.WaitFor(t, 5*time.Second, "the holder to take its run node back", func() bool {
-			_, st, err := conn.Get(run)
-			return err == nil && st.EphemeralOwner != 0
-		})
+		testkit.WaitFor(t, 5*time.Second, "the holder to take its run node back", func() bool { return conn.owned(run) })
 		del(queue)
 	case "deleteall":
-		if err := deleteAll(conn, dir); err != nil {
+		if err := conn.deleteAll(dir); err != nil {
 			t.Fatalf("deleteall %s: %v", dir, err)
 		}
 	case "setdata":
-		if _, err := conn.Set(queue, []byte("mine now"), -1); err != nil {
+		if err := conn.set(queue, []byte("mine now")); err != nil {
 			t.Fatalf("foreign setData %s: %v", queue, err)
+		}
+	case "revoke":
+		if err := conn.revoke(queue); err != nil {
+			t.Fatalf("foreign lease revoke: %v", err)
 		}
 	}
 	select {
@@ -200,6 +287,7 @@ func foreignDelete(t *testing.T, b *backend, mode string) {
 // gets a clear refusal.
 func TestE2EACL(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b *backend) {
+		b.differs(t, "etcd has no per-key ACLs; its users' roles grant read or write on the prefix (TestEtcdRunBadInput in etcdengine)")
 		r := newRig(t, b)
 		auth := []string{"--auth", "ops:s3cret", "--acl", "world:anyone:r"}
 		a := r.supervise("A", auth, r.job("A", "-after", r.path("go"))...)

@@ -6,7 +6,7 @@ package main
 // the headline (make bench-compare).
 //
 // Workloads (-workloads, comma-separated; kv = write,read,mix; lock =
-// pred,herd,run,crash; all = everything):
+// pred,herd,run,crash,faults; all = everything):
 //
 //   - write xN: setData / Put / raft Apply of -value-size bytes with each of
 //     -write-clients clients, each client its own session (etcd: client)
@@ -18,8 +18,10 @@ package main
 //     recipe (coordrun, ZooKeeper: the recipe package's lock queue, run
 //     node included; etcd: concurrency.Mutex) and the herd recipe,
 //     in-process, measuring at most -max-handoffs handoffs of the queue;
-//   - run xN: handoff through the real `coordrun run` binary (coordrun and
-//     ZooKeeper only; lock.go);
+//   - run xN: handoff through the real `coordrun run` binary on each of
+//     the three engines (lock_handoff.go; etcd: run_etcd.go);
+//   - faults (etcd): etcdctl lock against coordrun run under kill -9 and
+//     SIGSTOP of the holder, overlaps of each (run_faults.go);
 //   - crash T: holder killed, time until the next holder (lock.go; etcd:
 //     a holder process with a lease of TTL T);
 //   - failover, startup: recovery.go;
@@ -74,8 +76,8 @@ var reportOrder = append([]string{"coordrun", "coordrun-base"}, allSystems[1:]..
 
 var workloadGroups = map[string][]string{
 	"kv":   {"write", "read", "mix"},
-	"lock": {"pred", "herd", "run", "crash"},
-	"all":  {"write", "read", "mix", "pred", "herd", "run", "crash", "failover", "startup"},
+	"lock": {"pred", "herd", "run", "crash", "faults"},
+	"all":  {"write", "read", "mix", "pred", "herd", "run", "crash", "faults", "failover", "startup"},
 	// Not in all: they hold -sessions sessions, -fanout-watchers watchers.
 	"scale": {"sessions", "storm", "fanout", "tree"},
 }
@@ -121,6 +123,7 @@ type compareReport struct {
 	KV        []result         `json:"kv"`
 	Locks     []handoffResult  `json:"locks"`
 	Crashes   []crashResult    `json:"crashes"`
+	Faults    []faultsResult   `json:"faults,omitempty"` // etcdctl lock and coordrun run under faults (run_faults.go)
 	Failovers []recoveryResult `json:"failovers"`
 	Startups  []recoveryResult `json:"startups"`
 	Sessions  []sessionsResult `json:"sessions,omitempty"`
@@ -325,30 +328,24 @@ func runCompare(ctx context.Context, cfg config, cc compareConfig) error {
 			}
 		}
 	}
-	var zkWire []*system // the systems coordrun run works against
-	for _, s := range procSystems {
-		if s.name != "etcd" {
-			zkWire = append(zkWire, s)
-		}
-	}
 	var e *lockEnv
-	if w["run"] || w["crash"] {
+	if w["run"] || w["crash"] || w["faults"] {
 		if e, err = newLockEnv(cfg.bin, filepath.Join(root, "lock")); err != nil {
 			return err
 		}
 		rep.Job = e.stamp.desc
 	}
 	if w["run"] {
-		for _, s := range zkWire {
+		for _, s := range procSystems {
 			fmt.Fprintf(os.Stderr, "coordrun run handoff warm-up on %s ...\n", s.name)
-			if _, err := runHandoff(ctx, e, s, "bench-warmup", 5); err != nil {
+			if _, err := runHandoffOn(ctx, e, s, "bench-warmup", 5); err != nil {
 				return fmt.Errorf("%s: run warm-up: %w", s.name, err)
 			}
 		}
 		for _, n := range handoffWaiters {
-			for _, s := range zkWire {
+			for _, s := range procSystems {
 				fmt.Fprintf(os.Stderr, "coordrun run handoff x%d on %s ...\n", n, s.name)
-				r, err := runHandoff(ctx, e, s, fmt.Sprintf("bench-%d", n), n)
+				r, err := runHandoffOn(ctx, e, s, fmt.Sprintf("bench-%d", n), n)
 				if err != nil {
 					return fmt.Errorf("%s: handoff x%d: %w", s.name, n, err)
 				}
@@ -367,6 +364,23 @@ func runCompare(ctx context.Context, cfg config, cc compareConfig) error {
 				}
 				rep.Crashes = append(rep.Crashes, r)
 			}
+		}
+	}
+
+	if w["faults"] {
+		for _, s := range procSystems {
+			if s.name != "etcd" {
+				continue // etcdctl lock is etcd's own
+			}
+			bin, err := etcdInstalled(cc.etcdBin)
+			if err != nil {
+				return err
+			}
+			rs, err := runFaults(ctx, e, s, bin)
+			if err != nil {
+				return err
+			}
+			rep.Faults = append(rep.Faults, rs...)
 		}
 	}
 
@@ -478,6 +492,7 @@ func runCompare(ctx context.Context, cfg config, cc compareConfig) error {
 	rep.buildHeadline()
 	var text strings.Builder
 	rep.print(&text)
+	printFaults(&text, rep.Faults)
 	fmt.Print(text.String())
 	return rep.write(cfg, cc, text.String())
 }

@@ -523,7 +523,9 @@ func (c *Conn) List(ctx context.Context, dir string) (engine.Queue, error) {
 	for i, kv := range s.entries {
 		var hi state.HolderInfo
 		_ = json.Unmarshal(kv.Value, &hi)
-		ct := state.Contender{Node: names[i], Token: kv.CreateRevision, Info: hi}
+		// The full path, as the ZooKeeper engine lists it: status shows
+		// it, and a reader can name the entry by it.
+		ct := state.Contender{Node: path.Join(dir, names[i]), Token: kv.CreateRevision, Info: hi}
 		if s.run != nil && ri.Node == names[i] {
 			ct.Holding, ct.Info = true, ri.HolderInfo
 		}
