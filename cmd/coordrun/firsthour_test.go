@@ -195,17 +195,7 @@ func TestSessionTimeoutClampWarned(t *testing.T) {
 // free row; lock rm removes a lock nobody uses and leaves a held one.
 func TestLockRmAndNoSuchLock(t *testing.T) {
 	addr := firstHourMember(t)
-	auth := []string{"--servers", addr, "--auth", "ops:secret"}
-	cli := func(args ...string) (string, int) {
-		t.Helper()
-		if i := slices.Index(args, "--"); i >= 0 {
-			args = slices.Concat(args[:i], auth, args[i:])
-		} else {
-			args = append(args, auth...)
-		}
-		out, stderr, code := firstHourExec(t, 30*time.Second, nil, args...)
-		return out + stderr, code
-	}
+	cli, auth := authedCLI(t, addr)
 	if out, code := cli("run", "--name", "once", "--", "true"); code != 0 {
 		t.Fatalf("run: exit %d\n%s", code, out)
 	}
@@ -234,4 +224,21 @@ func TestLockRmAndNoSuchLock(t *testing.T) {
 			t.Errorf("coordrun %s: exit %d, want %d saying %q:\n%s", strings.Join(c.args, " "), code, c.code, c.says, out)
 		}
 	}
+}
+
+// authedCLI runs coordrun against addr as the user ops (its flags before
+// a "--"), returning stdout and stderr together and the exit code.
+// The flags themselves come back too, for a process started on its own.
+func authedCLI(t *testing.T, addr string) (func(args ...string) (string, int), []string) {
+	auth := []string{"--servers", addr, "--auth", "ops:secret"}
+	return func(args ...string) (string, int) {
+		t.Helper()
+		if i := slices.Index(args, "--"); i >= 0 {
+			args = slices.Concat(args[:i], auth, args[i:])
+		} else {
+			args = append(args, auth...)
+		}
+		out, stderr, code := firstHourExec(t, 30*time.Second, nil, args...)
+		return out + stderr, code
+	}, auth
 }

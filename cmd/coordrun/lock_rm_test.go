@@ -17,17 +17,7 @@ import (
 // holder or a waiter is there, as for a plain lock.
 func TestLockRmSemaphore(t *testing.T) {
 	addr := firstHourMember(t)
-	auth := []string{"--servers", addr, "--auth", "ops:secret"}
-	cli := func(args ...string) (string, int) {
-		t.Helper()
-		if i := slices.Index(args, "--"); i >= 0 {
-			args = slices.Concat(args[:i], auth, args[i:])
-		} else {
-			args = append(args, auth...)
-		}
-		out, stderr, code := firstHourExec(t, 30*time.Second, nil, args...)
-		return out + stderr, code
-	}
+	cli, auth := authedCLI(t, addr)
 	if out, code := cli("run", "--name", "idle", "--holders", "2", "--", "true"); code != 0 {
 		t.Fatalf("run: exit %d\n%s", code, out)
 	}
