@@ -202,20 +202,22 @@ func cronSkewRun(t *testing.T, b *backend, root string, history, n int) (trueDel
 // history=2 is the same with a short history (--history 2): pruning must
 // not let a host whose clock lags claim a firing again once its record
 // was pruned ("a claimed firing is never run again, whoever crashed",
-// says cron.go). Both run at once on one ensemble, under separate roots.
+// says cron.go). Both run at once on one ensemble, under separate roots;
+// on each engine.
 func TestCronSkew(t *testing.T) {
-	b := cronEnsemble(t)
-	t.Run("history=100", func(t *testing.T) {
-		t.Parallel()
-		trueD, ownD := cronSkewRun(t, b, "/cron-skew", 0, 12)
-		t.Logf("scheduled → job start over %d firings, on the true clock: p50 %v p99 %v (the fastest clock, +2.5s, claims every firing)",
-			len(trueD), ms(cronPercentile(trueD, 50)), ms(cronPercentile(trueD, 99)))
-		t.Logf("scheduled → job start on the claimant's own clock: p50 %v p99 %v max %v",
-			ms(cronPercentile(ownD, 50)), ms(cronPercentile(ownD, 99)), ms(cronPercentile(ownD, 100)))
-	})
-	t.Run("history=2", func(t *testing.T) {
-		t.Parallel()
-		cronSkewRun(t, b, "/cron-skew-pruned", 2, 4)
+	forEachCronBackend(t, func(t *testing.T, b *backend) {
+		t.Run("history=100", func(t *testing.T) {
+			t.Parallel()
+			trueD, ownD := cronSkewRun(t, b, cronRoot(b, "cron-skew"), 0, 12)
+			t.Logf("scheduled → job start over %d firings, on the true clock: p50 %v p99 %v (the fastest clock, +2.5s, claims every firing)",
+				len(trueD), ms(cronPercentile(trueD, 50)), ms(cronPercentile(trueD, 99)))
+			t.Logf("scheduled → job start on the claimant's own clock: p50 %v p99 %v max %v",
+				ms(cronPercentile(ownD, 50)), ms(cronPercentile(ownD, 99)), ms(cronPercentile(ownD, 100)))
+		})
+		t.Run("history=2", func(t *testing.T) {
+			t.Parallel()
+			cronSkewRun(t, b, cronRoot(b, "cron-skew-pruned"), 2, 4)
+		})
 	})
 }
 
@@ -492,21 +494,22 @@ func TestCronOutageCatchUp(t *testing.T) {
 // skip the firings during a run are recorded skipped and never two runs
 // overlap; with queue they run back to back, in order, never at once.
 func TestCronOverlap(t *testing.T) {
-	b := cronEnsemble(t)
-	t.Run("skip", func(t *testing.T) {
-		t.Parallel()
-		cronOverlap(t, b, state.OverlapSkip, 2500*time.Millisecond)
-	})
-	t.Run("queue", func(t *testing.T) {
-		t.Parallel()
-		cronOverlap(t, b, state.OverlapQueue, 1500*time.Millisecond)
+	forEachCronBackend(t, func(t *testing.T, b *backend) {
+		t.Run("skip", func(t *testing.T) {
+			t.Parallel()
+			cronOverlap(t, b, state.OverlapSkip, 2500*time.Millisecond)
+		})
+		t.Run("queue", func(t *testing.T) {
+			t.Parallel()
+			cronOverlap(t, b, state.OverlapQueue, 1500*time.Millisecond)
+		})
 	})
 }
 
 func cronOverlap(t *testing.T, b *backend, overlap string, hold time.Duration) {
 	r := newRig(t, b)
 	obs := cronObserver(t, b)
-	root, job := "/cron-overlap-"+overlap, "long"
+	root, job := cronRoot(b, "cron-overlap-"+overlap), "long"
 	runs := r.path("runs.log")
 	sink := &cronLogSink{}
 	var hosts []*cronInProc
