@@ -37,12 +37,16 @@ func cronCLI(t *testing.T, r *rig, root string, args ...string) (string, int) {
 // Pause, trigger, resume and backfill, through the CLI, on two hosts: a
 // paused job's firings are recorded paused and not run; a trigger runs
 // once, paused or not; after a resume firings run again; a backfill runs
-// each missed time of its range once, oldest first.
+// each missed time of its range once, oldest first. On each engine.
 func TestCronPauseTriggerBackfill(t *testing.T) {
-	b := cronEnsemble(t)
+	forEachCronBackend(t, cronPauseTriggerBackfill)
+}
+
+func cronPauseTriggerBackfill(t *testing.T, b *backend) {
 	r := newRig(t, b)
 	obs := cronObserver(t, b)
-	const root, job, every = "/cron-control", "ctljob", 2 * time.Second
+	root := cronRoot(b, "cron-control")
+	const job, every = "ctljob", 2 * time.Second
 	runs := r.path("runs.log")
 	started := time.Now()
 	procs := cronStartProcs(r, 2, "c", root, job, "@every 2s", nil, cronScript(runs, 0))

@@ -446,7 +446,7 @@ func cronStartHost(t *testing.T, r *rig, sink *cronLogSink, spec cronHostSpec) *
 func cronProcArgs(b *backend, root, job, spec string, flags []string, argv []string) []string {
 	args := []string{"cron", "--servers", b.serverArg(), "--root", root, "--name", job, "--schedule", spec,
 		"--session-timeout", cronSessionTimeout.String(), "--kill-grace", cronKillGrace.String(),
-		"--drift-margin", cronDriftMargin.String(), "-v"}
+		"--drift-margin", cronDriftMargin.String(), "--zookeeper-margin", zkMargin.String(), "-v"}
 	args = append(args, flags...)
 	return append(append(args, "--"), argv...)
 }
