@@ -164,10 +164,13 @@ func cronPauseTriggerBackfill(t *testing.T, b *backend) {
 // its running firing goes on to its end, a new one is scheduled, and a
 // bad file is refused with its line while the jobs go on.
 func TestCronReload(t *testing.T) {
-	b := cronEnsemble(t)
+	forEachCronBackend(t, cronReload)
+}
+
+func cronReload(t *testing.T, b *backend) {
 	r := newRig(t, b)
 	obs := cronObserver(t, b)
-	const root = "/cron-reload"
+	root := cronRoot(b, "cron-reload")
 	logf := r.path("jobs.log")
 	line := func(kind string) string {
 		return fmt.Sprintf(`echo "%s $COORDRUN_LOCK $(date +%%s%%N)" >> %s`, kind, logf)
@@ -180,7 +183,7 @@ func TestCronReload(t *testing.T) {
 	}
 	write(fmt.Sprintf("jobs:\n  - name: a\n    schedule: \"@every 1s\"\n    overlap: skip\n    command: '%s; sleep 3; %s'\n", line("start"), line("end")))
 	p := r.startProc("h1", nil, e2eBin, "cron", "--servers", b.serverArg(), "--root", root, "--jobs", file,
-		"--session-timeout", cronSessionTimeout.String(), "--kill-grace", cronKillGrace.String(), "--drift-margin", cronDriftMargin.String(), "-v")
+		"--session-timeout", cronSessionTimeout.String(), "--kill-grace", cronKillGrace.String(), "--drift-margin", cronDriftMargin.String(), "--zookeeper-margin", zkMargin.String(), "-v")
 	cronAwaitHosts(t, obs, root, "a", 1)
 	type ev struct {
 		kind, job string

@@ -420,10 +420,14 @@ func cronCrash(t *testing.T, b *backend, root, overlap string) {
 // run the missed firing once, at start; restarted without it, the missed
 // firing stays missed and the schedule goes on.
 func TestCronOutageCatchUp(t *testing.T) {
-	b := cronEnsemble(t)
+	forEachCronBackend(t, cronOutageCatchUp)
+}
+
+func cronOutageCatchUp(t *testing.T, b *backend) {
 	r := newRig(t, b)
 	obs := cronObserver(t, b)
-	const root, job, every = "/cron-outage", "outage", 3 * time.Second
+	root := cronRoot(b, "cron-outage")
+	const job, every = "outage", 3 * time.Second
 	runs := r.path("runs.log")
 	argv := cronScript(runs, 0)
 	start := func(prefix string, flags ...string) []*proc {
