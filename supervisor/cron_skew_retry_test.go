@@ -21,10 +21,14 @@ import (
 // (attempt 2, the first kept in earlier, a higher token), the rest after
 // one: never more than retry-lost + retry-failed + 1.
 func TestCronSkewRetriesPause(t *testing.T) {
-	b := cronEnsemble(t)
+	forEachCronBackend(t, cronSkewRetriesPause)
+}
+
+func cronSkewRetriesPause(t *testing.T, b *backend) {
 	r := newRig(t, b)
 	obs := cronObserver(t, b)
-	const root, job = "/cron-skew-retry", "tick"
+	root := cronRoot(b, "cron-skew-retry")
+	const job = "tick"
 	const retryLost, retryFailed = 1, 1
 	runs := r.path("runs.log")
 	// Fails attempt 1 of every firing whose second is a multiple of 3.

@@ -230,18 +230,22 @@ func TestCronSkew(t *testing.T) {
 // first firing after the expiry runs on time. With "queue" the next
 // firing waits for the expiry and then runs.
 //
-// On coordrun and on etcd (three members of its own: killed hosts leave
-// leases behind), side by side.
+// On each engine, side by side: etcd with three members of its own
+// (killed hosts leave leases behind).
 func TestCronHolderCrash(t *testing.T) {
-	for _, eng := range []string{"coordrun", "etcd"} {
+	for _, eng := range []string{"coordrun", "zookeeper", "etcd"} {
 		for _, overlap := range []string{state.OverlapSkip, state.OverlapQueue} {
 			t.Run(eng+"/"+overlap, func(t *testing.T) {
 				t.Parallel()
 				var b *backend
 				root := "/cron-crash"
-				if eng == "etcd" {
+				switch eng {
+				case "etcd":
 					b, root = etcdBackend(t, 3), "/coordrun/cron-crash" // under etcd's key prefix
-				} else {
+				case "zookeeper":
+					b = sharedZooKeeper(t)
+					root = cronRoot(b, "cron-crash")
+				default:
 					b = cronEnsemble(t)
 				}
 				cronCrash(t, b, root, overlap)
