@@ -1,11 +1,14 @@
 package supervisor_test
 
 // Tests of cron across hosts (supervisor.RunCron and `coordrun cron`):
-// several hosts run the same schedule against a 3-member ensemble, and
-// each firing — job + scheduled time — runs exactly once. Hosts run in
-// this process with skewed clocks (CronOptions.Now), or as processes of
-// the real binary that the tests kill and restart. Every wait polls a
-// condition with a deadline, or waits for a known instant to pass.
+// several hosts run the same schedule on one engine, and each firing —
+// job + scheduled time — runs exactly once. Each test body runs on the
+// three engines (forEachCronBackend): a 3-member coordrun ensemble, Apache
+// ZooKeeper and etcd, reading the records through the engine the hosts
+// use. Hosts run in this process with skewed clocks (CronOptions.Now), or
+// as processes of the real binary that the tests kill and restart. Every
+// wait polls a condition with a deadline, or waits for a known instant to
+// pass.
 
 import (
 	"context"
