@@ -18,6 +18,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"strconv"
 	"strings"
@@ -69,7 +70,24 @@ func e2eMain(m *testing.M) int {
 	}
 	e2eSelf = self
 	defer shared.closeAll()
+	rowsSideBySide()
 	return testkit.RunWithBinary(m, &e2eBin)
+}
+
+// minParallel is how many tests run at once here unless -parallel says
+// otherwise: an engine table's three rows, each with up to two parallel
+// subtests. The rows wait on clocks and sessions, not on the CPU, but
+// -parallel defaults to GOMAXPROCS, and on a 2-core machine the third row
+// would wait for one of the others to end.
+const minParallel = 6
+
+func rowsSideBySide() {
+	flag.Parse()
+	given := false
+	flag.Visit(func(f *flag.Flag) { given = given || f.Name == "test.parallel" })
+	if !given && runtime.GOMAXPROCS(0) < minParallel {
+		_ = flag.Set("test.parallel", strconv.Itoa(minParallel))
+	}
 }
 
 // childMain is the job: it appends lines to a log file, one write(2) per
