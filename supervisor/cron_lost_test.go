@@ -71,7 +71,7 @@ func cronLost(t *testing.T, b *backend, fault string, retry int) {
 	case "kill":
 		victim.Signal(syscall.SIGKILL)
 	case "freeze":
-		frozen = pidsWithEnv("CRON_HOST=" + victim.Name)
+		frozen = pidsWithEnv(r.mark, "CRON_HOST="+victim.Name)
 		if len(frozen) < 3 {
 			t.Fatalf("processes of %s: %v; want the cron process, its watchdog and the job", victim.Name, frozen)
 		}

@@ -19,6 +19,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -327,8 +328,10 @@ func uniqueSleep() string {
 	return fmt.Sprintf("1000.%09d", (uint32(b[0])<<24|uint32(b[1])<<16|uint32(b[2])<<8|uint32(b[3]))%1000000000)
 }
 
-// pidsWithEnv lists processes whose environment holds kv exactly.
-func pidsWithEnv(kv string) []int {
+// pidsWithEnv lists processes whose environment holds every one of kvs
+// exactly. A label a test gives its processes is only unique together
+// with the test's mark: the rows of an engine table run side by side.
+func pidsWithEnv(kvs ...string) []int {
 	var out []int
 	for _, pid := range allPids() {
 		if pid == os.Getpid() {
@@ -338,11 +341,11 @@ func pidsWithEnv(kv string) []int {
 		if err != nil {
 			continue
 		}
-		for _, e := range bytes.Split(b, []byte{0}) {
-			if string(e) == kv {
-				out = append(out, pid)
-				break
-			}
+		env := bytes.Split(b, []byte{0})
+		if !slices.ContainsFunc(kvs, func(kv string) bool {
+			return !slices.ContainsFunc(env, func(e []byte) bool { return string(e) == kv })
+		}) {
+			out = append(out, pid)
 		}
 	}
 	return out
