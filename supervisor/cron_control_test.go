@@ -37,12 +37,16 @@ func cronCLI(t *testing.T, r *rig, root string, args ...string) (string, int) {
 // Pause, trigger, resume and backfill, through the CLI, on two hosts: a
 // paused job's firings are recorded paused and not run; a trigger runs
 // once, paused or not; after a resume firings run again; a backfill runs
-// each missed time of its range once, oldest first.
+// each missed time of its range once, oldest first. On each engine.
 func TestCronPauseTriggerBackfill(t *testing.T) {
-	b := cronEnsemble(t)
+	forEachCronBackend(t, cronPauseTriggerBackfill)
+}
+
+func cronPauseTriggerBackfill(t *testing.T, b *backend) {
 	r := newRig(t, b)
 	obs := cronObserver(t, b)
-	const root, job, every = "/cron-control", "ctljob", 2 * time.Second
+	root := cronRoot(b, "cron-control")
+	const job, every = "ctljob", 2 * time.Second
 	runs := r.path("runs.log")
 	started := time.Now()
 	procs := cronStartProcs(r, 2, "c", root, job, "@every 2s", nil, cronScript(runs, 0))
@@ -160,10 +164,13 @@ func TestCronPauseTriggerBackfill(t *testing.T) {
 // its running firing goes on to its end, a new one is scheduled, and a
 // bad file is refused with its line while the jobs go on.
 func TestCronReload(t *testing.T) {
-	b := cronEnsemble(t)
+	forEachCronBackend(t, cronReload)
+}
+
+func cronReload(t *testing.T, b *backend) {
 	r := newRig(t, b)
 	obs := cronObserver(t, b)
-	const root = "/cron-reload"
+	root := cronRoot(b, "cron-reload")
 	logf := r.path("jobs.log")
 	line := func(kind string) string {
 		return fmt.Sprintf(`echo "%s $COORDRUN_LOCK $(date +%%s%%N)" >> %s`, kind, logf)
@@ -176,7 +183,7 @@ func TestCronReload(t *testing.T) {
 	}
 	write(fmt.Sprintf("jobs:\n  - name: a\n    schedule: \"@every 1s\"\n    overlap: skip\n    command: '%s; sleep 3; %s'\n", line("start"), line("end")))
 	p := r.startProc("h1", nil, e2eBin, "cron", "--servers", b.serverArg(), "--root", root, "--jobs", file,
-		"--session-timeout", cronSessionTimeout.String(), "--kill-grace", cronKillGrace.String(), "--drift-margin", cronDriftMargin.String(), "-v")
+		"--session-timeout", cronSessionTimeout.String(), "--kill-grace", cronKillGrace.String(), "--drift-margin", cronDriftMargin.String(), "--zookeeper-margin", zkMargin.String(), "-v")
 	cronAwaitHosts(t, obs, root, "a", 1)
 	type ev struct {
 		kind, job string

@@ -47,6 +47,25 @@ func cronEnsemble(t *testing.T) *backend {
 	return b
 }
 
+// forEachCronBackend runs f against the three engines, as forEachBackend
+// does, side by side: a private coordrun ensemble (cronEnsemble), the
+// shared Apache ZooKeeper, and a one-member etcd cluster of the row's own.
+func forEachCronBackend(t *testing.T, f func(t *testing.T, b *backend)) {
+	t.Run("coordrun", func(t *testing.T) { t.Parallel(); f(t, cronEnsemble(t)) })
+	t.Run("zookeeper", func(t *testing.T) { t.Parallel(); f(t, sharedZooKeeper(t)) })
+	t.Run("etcd", func(t *testing.T) { t.Parallel(); f(t, etcdBackend(t, 1)) })
+}
+
+// cronRoot is a root of its own for a test's cron jobs on b: on etcd under
+// the key prefix, as --root must be there; elsewhere at the top, clear of
+// the folders other tests give ACLs. Unique, as ZooKeeper is shared.
+func cronRoot(b *backend, name string) string {
+	if b.etcd != nil {
+		return "/coordrun/" + name + "-" + randHex(3)
+	}
+	return "/" + name + "-" + randHex(3)
+}
+
 // cronObs is the test's own session on a backend: the ZooKeeper client
 // (nil on etcd), and the session through the engine the hosts use.
 type cronObs struct {
@@ -386,6 +405,11 @@ func cronStartHost(t *testing.T, r *rig, sink *cronLogSink, spec cronHostSpec) *
 			sink.ends = append(sink.ends, cronEnd{host: spec.label, skew: skew, rec: rec})
 		},
 	}
+	if r.b.etcd != nil {
+		opts.Dial = func(ctx context.Context, log *slog.Logger) (engine.Conn, error) {
+			return etcdengine.Dial(ctx, etcdengine.Config{Endpoints: r.b.servers, SessionTimeout: cronSessionTimeout, Log: log})
+		}
+	}
 	go func() {
 		defer close(h.done)
 		h.code, h.err = supervisor.RunCron(ctx, opts)
@@ -422,7 +446,7 @@ func cronStartHost(t *testing.T, r *rig, sink *cronLogSink, spec cronHostSpec) *
 func cronProcArgs(b *backend, root, job, spec string, flags []string, argv []string) []string {
 	args := []string{"cron", "--servers", b.serverArg(), "--root", root, "--name", job, "--schedule", spec,
 		"--session-timeout", cronSessionTimeout.String(), "--kill-grace", cronKillGrace.String(),
-		"--drift-margin", cronDriftMargin.String(), "-v"}
+		"--drift-margin", cronDriftMargin.String(), "--zookeeper-margin", zkMargin.String(), "-v"}
 	args = append(args, flags...)
 	return append(append(args, "--"), argv...)
 }

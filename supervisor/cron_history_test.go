@@ -9,27 +9,28 @@ import (
 	"testing"
 	"time"
 
-	"github.com/coordrun/coordrun/ensemble/client"
 	"github.com/coordrun/coordrun/supervisor"
+	"github.com/coordrun/coordrun/supervisor/engine"
 	"github.com/coordrun/coordrun/supervisor/state"
 )
 
-// Separate history limits on a real ensemble: records written as hosts
+// Separate history limits on each engine: records written as hosts
 // write them, pruned as a host prunes after a firing. The kind limits
 // read the records only once enough new ones came (the slack), and
 // records younger than the horizon stay.
 func TestCronHistoryLimits(t *testing.T) {
-	b := sharedCoordrun(t)
+	forEachBackend(t, cronHistoryLimits)
+}
+
+func cronHistoryLimits(t *testing.T, b *backend) {
 	obs := cronObserver(t, b)
-	c := obs.zk
+	c := obs.conn
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	root := "/cron-history-" + randHex(4)
+	root := cronRoot(b, "cron-history")
 	firings := root + "/nightly/firings"
-	for _, p := range []string{root, root + "/nightly", firings} {
-		if _, err := c.Create(ctx, p, nil, 0, client.OpenACL); err != nil {
-			t.Fatal(err)
-		}
+	if err := c.EnsureFolder(ctx, firings); err != nil {
+		t.Fatal(err)
 	}
 	base := time.Now().Add(-3 * time.Hour).Truncate(time.Second)
 	add := func(i int, result string) {
@@ -42,7 +43,7 @@ func TestCronHistoryLimits(t *testing.T) {
 			r.State, r.ExitCode = state.FiringState(result), nil
 		}
 		b, _ := json.Marshal(r)
-		if _, err := c.Create(ctx, path.Join(firings, fmt.Sprintf("%013d", r.Scheduled.Unix())), b, 0, client.OpenACL); err != nil {
+		if _, _, err := c.Create(ctx, path.Join(firings, fmt.Sprintf("%013d", r.Scheduled.Unix())), b, engine.Persistent); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -15,10 +15,13 @@ import (
 // every other firing would be skipped), never three; each run has its own
 // token.
 func TestCronHolders(t *testing.T) {
-	b := cronEnsemble(t)
+	forEachCronBackend(t, cronHolders)
+}
+
+func cronHolders(t *testing.T, b *backend) {
 	r := newRig(t, b)
 	obs := cronObserver(t, b)
-	root, job := "/cron-holders", "wide"
+	root, job := cronRoot(b, "cron-holders"), "wide"
 	runs := r.path("runs.log")
 	sink := &cronLogSink{}
 	for _, label := range []string{"p", "q"} {

@@ -22,13 +22,12 @@ import (
 // is one line with its result; at start, one line per job with its
 // schedule and next firing.
 func TestCronJournal(t *testing.T) {
-	b, err := startCoordrun(1)
-	if err != nil {
-		t.Fatalf("starting a member: %v", err)
-	}
-	t.Cleanup(b.close)
+	forEachCronBackend(t, cronJournal)
+}
+
+func cronJournal(t *testing.T, b *backend) {
 	r := newRig(t, b)
-	const root = "/cron-journal"
+	root := cronRoot(b, "cron-journal")
 	const long = 40000
 	file := r.path("jobs.yaml")
 	jobs := fmt.Sprintf(`jobs:
@@ -51,7 +50,7 @@ func TestCronJournal(t *testing.T) {
 	}
 	cmd := exec.Command(e2eBin, "cron", "--servers", b.serverArg(), "--root", root, "--jobs", file,
 		"--session-timeout", cronSessionTimeout.String(), "--kill-grace", cronKillGrace.String(),
-		"--drift-margin", cronDriftMargin.String(), "-v", "--log-format", "json", "--textfile", r.dir)
+		"--drift-margin", cronDriftMargin.String(), "--zookeeper-margin", zkMargin.String(), "-v", "--log-format", "json", "--textfile", r.dir)
 	cmd.Env = append(baseEnv(), r.mark)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	var stdout, stderr testkit.SyncBuffer

@@ -21,19 +21,20 @@ import (
 // and with retry-lost 1 exactly one host runs it again, with a higher
 // token and COORDRUN_ATTEMPT=2; with retry-lost 0 nobody does.
 func TestCronLostRunRetried(t *testing.T) {
-	b := cronEnsemble(t)
-	for _, c := range []struct {
-		fault string
-		retry int
-	}{{"kill", 1}, {"kill", 0}, {"freeze", 1}} {
-		t.Run(fmt.Sprintf("%s-retry%d", c.fault, c.retry), func(t *testing.T) { cronLost(t, b, c.fault, c.retry) })
-	}
+	forEachCronBackend(t, func(t *testing.T, b *backend) {
+		for _, c := range []struct {
+			fault string
+			retry int
+		}{{"kill", 1}, {"kill", 0}, {"freeze", 1}} {
+			t.Run(fmt.Sprintf("%s-retry%d", c.fault, c.retry), func(t *testing.T) { cronLost(t, b, c.fault, c.retry) })
+		}
+	})
 }
 
 func cronLost(t *testing.T, b *backend, fault string, retry int) {
 	r := newRig(t, b)
 	obs := cronObserver(t, b)
-	root := fmt.Sprintf("/cron-lost-%s-%d", fault, retry)
+	root := cronRoot(b, fmt.Sprintf("cron-lost-%s-%d", fault, retry))
 	const job, every, hold = "lostjob", 8 * time.Second, 1500 * time.Millisecond
 	runs := r.path("runs.log")
 	procs := cronStartProcs(r, 3, fault+"h", root, job, "@every 8s",
@@ -70,7 +71,7 @@ func cronLost(t *testing.T, b *backend, fault string, retry int) {
 	case "kill":
 		victim.Signal(syscall.SIGKILL)
 	case "freeze":
-		frozen = pidsWithEnv("CRON_HOST=" + victim.Name)
+		frozen = pidsWithEnv(r.mark, "CRON_HOST="+victim.Name)
 		if len(frozen) < 3 {
 			t.Fatalf("processes of %s: %v; want the cron process, its watchdog and the job", victim.Name, frozen)
 		}
@@ -142,10 +143,14 @@ func cronLost(t *testing.T, b *backend, fault string, retry int) {
 // A run past max-runtime is stopped (TERM, then KILL after the kill grace)
 // and recorded timed-out; the job never gets to its end.
 func TestCronMaxRuntime(t *testing.T) {
-	b := cronEnsemble(t)
+	forEachCronBackend(t, cronMaxRuntime)
+}
+
+func cronMaxRuntime(t *testing.T, b *backend) {
 	r := newRig(t, b)
 	obs := cronObserver(t, b)
-	const root, job, limit = "/cron-maxrt", "slowjob", time.Second
+	root := cronRoot(b, "cron-maxrt")
+	const job, limit = "slowjob", time.Second
 	runs := r.path("runs.log")
 	procs := cronStartProcs(r, 1, "m", root, job, "@every 3s", []string{"--max-runtime", limit.String()}, cronScript(runs, 5*time.Second))
 	cronAwaitHosts(t, obs, root, job, 1)
@@ -177,10 +182,14 @@ func TestCronMaxRuntime(t *testing.T) {
 // With jitter, every host waits the same offset past a firing's time, so
 // each firing still runs exactly once, at its time plus its offset.
 func TestCronJitter(t *testing.T) {
-	b := cronEnsemble(t)
+	forEachCronBackend(t, cronJitter)
+}
+
+func cronJitter(t *testing.T, b *backend) {
 	r := newRig(t, b)
 	obs := cronObserver(t, b)
-	const root, job, every, jitter = "/cron-jitter", "jitterjob", 3 * time.Second, 2 * time.Second
+	root := cronRoot(b, "cron-jitter")
+	const job, every, jitter = "jitterjob", 3 * time.Second, 2 * time.Second
 	runs := r.path("runs.log")
 	procs := cronStartProcs(r, 3, "j", root, job, "@every 3s", []string{"--jitter", jitter.String()}, cronScript(runs, 0))
 	cronAwaitHosts(t, obs, root, job, 3)
@@ -221,10 +230,14 @@ func TestCronJitter(t *testing.T) {
 // process's own stdout and its end is kept with the record, cut at
 // output-bytes.
 func TestCronOutputKept(t *testing.T) {
-	b := cronEnsemble(t)
+	forEachCronBackend(t, cronOutputKept)
+}
+
+func cronOutputKept(t *testing.T, b *backend) {
 	r := newRig(t, b)
 	obs := cronObserver(t, b)
-	const root, job = "/cron-output", "chatty"
+	root := cronRoot(b, "cron-output")
+	const job = "chatty"
 	// 30 numbered lines on stdout, then one on stderr: 30*9+12 bytes.
 	script := `for i in $(seq 10 39); do echo "line $i."; done; echo "to stderr" >&2`
 	procs := cronStartProcs(r, 1, "o", root, job, "@every 2s", []string{"--output-bytes", "40"}, []string{"/bin/sh", "-c", script})
@@ -264,10 +277,14 @@ func TestCronOutputKept(t *testing.T) {
 // it is, and starts once that run's job is gone; the replaced firing's
 // record says so.
 func TestCronReplace(t *testing.T) {
-	b := cronEnsemble(t)
+	forEachCronBackend(t, cronReplace)
+}
+
+func cronReplace(t *testing.T, b *backend) {
 	r := newRig(t, b)
 	obs := cronObserver(t, b)
-	const root, job = "/cron-replace", "replacejob"
+	root := cronRoot(b, "cron-replace")
+	const job = "replacejob"
 	runs := r.path("runs.log")
 	// Runs far longer than the 3s period; a TERM is logged, then the job
 	// exits.
@@ -334,10 +351,14 @@ sleep 30 & wait`, runs, runs)
 // by whichever host takes the retry, until it succeeds or the retries
 // are spent; each attempt runs once.
 func TestCronRetryFailed(t *testing.T) {
-	b := cronEnsemble(t)
+	forEachCronBackend(t, cronRetryFailed)
+}
+
+func cronRetryFailed(t *testing.T, b *backend) {
 	r := newRig(t, b)
 	obs := cronObserver(t, b)
-	const root, job, backoff = "/cron-retry-failed", "flaky", time.Second
+	root := cronRoot(b, "cron-retry-failed")
+	const job, backoff = "flaky", time.Second
 	runs := r.path("runs.log")
 	// Fails on its first two attempts.
 	script := fmt.Sprintf(`echo "start $COORDRUN_SCHEDULED_TIME $(date +%%s%%N) $CRON_HOST $COORDRUN_FENCING_TOKEN $COORDRUN_ATTEMPT" >> %s; [ "$COORDRUN_ATTEMPT" -ge 3 ] || exit 3`, runs)
@@ -384,21 +405,25 @@ func TestCronRetryFailed(t *testing.T) {
 // run that exited 0; on-failure once a firing failed for good, after its
 // retries, with the record on stdin and the COORDRUN_CRON_* variables.
 func TestCronHooks(t *testing.T) {
-	b := cronEnsemble(t)
+	forEachCronBackend(t, cronHooks)
+}
+
+func cronHooks(t *testing.T, b *backend) {
 	r := newRig(t, b)
 	obs := cronObserver(t, b)
+	root := cronRoot(b, "cron-hooks")
 	hooks := r.path("hooks.log")
 	hook := func(kind string) string {
 		return fmt.Sprintf(`echo "%s $COORDRUN_CRON_JOB $COORDRUN_CRON_SCHEDULED $COORDRUN_CRON_RESULT $COORDRUN_CRON_ATTEMPT $(wc -c)" >> %s`, kind, hooks)
 	}
 	flags := []string{"--on-success", hook("success"), "--on-failure", hook("failure"), "--retry-failed", "1", "--retry-backoff", "500ms"}
-	good := cronStartProcs(r, 2, "g", "/cron-hooks", "good", "@every 2s", flags, []string{"true"})
-	bad := cronStartProcs(r, 2, "b", "/cron-hooks", "bad", "@every 10s", flags, []string{"/bin/sh", "-c", "exit 3"})
-	cronAwaitHosts(t, obs, "/cron-hooks", "good", 2)
-	cronAwaitHosts(t, obs, "/cron-hooks", "bad", 2)
+	good := cronStartProcs(r, 2, "g", root, "good", "@every 2s", flags, []string{"true"})
+	bad := cronStartProcs(r, 2, "b", root, "bad", "@every 10s", flags, []string{"/bin/sh", "-c", "exit 3"})
+	cronAwaitHosts(t, obs, root, "good", 2)
+	cronAwaitHosts(t, obs, root, "bad", 2)
 	var failed state.FiringRecord
 	testkit.WaitFor(t, 30*time.Second, "a firing of bad to fail for good", func() bool {
-		for _, x := range cronHistory(t, obs, "/cron-hooks", "bad") {
+		for _, x := range cronHistory(t, obs, root, "bad") {
 			if state.ResultOf(x) == "failed" && x.Attempt == 2 {
 				failed = x
 				return true
@@ -427,7 +452,7 @@ func TestCronHooks(t *testing.T) {
 			t.Errorf("hook %q got no record on stdin", l)
 		}
 	}
-	for _, x := range cronHistory(t, obs, "/cron-hooks", "good") {
+	for _, x := range cronHistory(t, obs, root, "good") {
 		if state.ResultOf(x) != "done" {
 			continue
 		}
@@ -447,10 +472,14 @@ func TestCronHooks(t *testing.T) {
 // passed, taken by no host before: the host that ran the failed attempt
 // kill -9'd during the backoff, another host still runs the retry.
 func TestCronRetryOutlivesHost(t *testing.T) {
-	b := cronEnsemble(t)
+	forEachCronBackend(t, cronRetryOutlivesHost)
+}
+
+func cronRetryOutlivesHost(t *testing.T, b *backend) {
 	r := newRig(t, b)
 	obs := cronObserver(t, b)
-	const root, job, backoff = "/cron-retry-host", "flaky", 4 * time.Second
+	root := cronRoot(b, "cron-retry-host")
+	const job, backoff = "flaky", 4 * time.Second
 	runs := r.path("runs.log")
 	script := fmt.Sprintf(`echo "start $COORDRUN_SCHEDULED_TIME $(date +%%s%%N) $CRON_HOST $COORDRUN_FENCING_TOKEN $COORDRUN_ATTEMPT" >> %s; [ "$COORDRUN_ATTEMPT" -ge 2 ] || exit 3`, runs)
 	procs := cronStartProcs(r, 3, "r", root, job, "@every 1h", []string{"--retry-failed", "1", "--retry-backoff", backoff.String()}, []string{"/bin/sh", "-c", script})

@@ -59,10 +59,14 @@ func cronMetric(mfs map[string]*dto.MetricFamily, family, job, result string) (f
 // both hosts the runs counted match the records, and the newest success
 // and result are those of the newest record.
 func TestCronMetrics(t *testing.T) {
-	b := cronEnsemble(t)
+	forEachCronBackend(t, cronMetrics)
+}
+
+func cronMetrics(t *testing.T, b *backend) {
 	r := newRig(t, b)
 	obs := cronObserver(t, b)
-	const root, job = "/cron-metrics", "metricsjob"
+	root := cronRoot(b, "cron-metrics")
+	const job = "metricsjob"
 	addrs := testkit.FreeAddrs(t, "127.0.0.1", 2)
 	dirs := []string{t.TempDir(), t.TempDir()}
 	runs := r.path("runs.log")

@@ -3,6 +3,7 @@ package supervisor_test
 import (
 	"context"
 	"fmt"
+	"path"
 	"slices"
 	"testing"
 	"time"
@@ -21,10 +22,14 @@ import (
 // (attempt 2, the first kept in earlier, a higher token), the rest after
 // one: never more than retry-lost + retry-failed + 1.
 func TestCronSkewRetriesPause(t *testing.T) {
-	b := cronEnsemble(t)
+	forEachCronBackend(t, cronSkewRetriesPause)
+}
+
+func cronSkewRetriesPause(t *testing.T, b *backend) {
 	r := newRig(t, b)
 	obs := cronObserver(t, b)
-	const root, job = "/cron-skew-retry", "tick"
+	root := cronRoot(b, "cron-skew-retry")
+	const job = "tick"
 	const retryLost, retryFailed = 1, 1
 	runs := r.path("runs.log")
 	// Fails attempt 1 of every firing whose second is a multiple of 3.
@@ -146,11 +151,10 @@ func TestCronSkewRetriesPause(t *testing.T) {
 // on that clock too. Two hosts, each alone on its root, 90 minutes ahead
 // and behind: the job fails its first attempt and is run again.
 func TestCronOneClock(t *testing.T) {
-	b, err := startCoordrun(1)
-	if err != nil {
-		t.Fatalf("starting a member: %v", err)
-	}
-	t.Cleanup(b.close)
+	forEachCronBackend(t, cronOneClock)
+}
+
+func cronOneClock(t *testing.T, b *backend) {
 	r := newRig(t, b)
 	obs := cronObserver(t, b)
 	const job, backoff = "tick", 300 * time.Millisecond
@@ -160,9 +164,9 @@ func TestCronOneClock(t *testing.T) {
 			t.Logf("--- cron hosts' log:\n%s", sink.String())
 		}
 	})
-	skews := map[string]time.Duration{"/cron-clock-ahead": 90 * time.Minute, "/cron-clock-behind": -90 * time.Minute}
+	skews := map[string]time.Duration{cronRoot(b, "cron-clock-ahead"): 90 * time.Minute, cronRoot(b, "cron-clock-behind"): -90 * time.Minute}
 	for root, skew := range skews {
-		cronStartHost(t, r, sink, cronHostSpec{label: root[1:], skew: skew, root: root,
+		cronStartHost(t, r, sink, cronHostSpec{label: path.Base(root), skew: skew, root: root,
 			jobs: func() []*supervisor.CronJob {
 				return []*supervisor.CronJob{{Name: job, Spec: "@every 1s", Argv: []string{"/bin/sh", "-c", `[ "$COORDRUN_ATTEMPT" = 2 ]`},
 					Overlap: state.OverlapQueue, RetryFailed: 1, RetryBackoff: backoff}}

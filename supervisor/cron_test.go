@@ -1,11 +1,14 @@
 package supervisor_test
 
 // Tests of cron across hosts (supervisor.RunCron and `coordrun cron`):
-// several hosts run the same schedule against a 3-member ensemble, and
-// each firing — job + scheduled time — runs exactly once. Hosts run in
-// this process with skewed clocks (CronOptions.Now), or as processes of
-// the real binary that the tests kill and restart. Every wait polls a
-// condition with a deadline, or waits for a known instant to pass.
+// several hosts run the same schedule on one engine, and each firing —
+// job + scheduled time — runs exactly once. Each test body runs on the
+// three engines (forEachCronBackend): a 3-member coordrun ensemble, Apache
+// ZooKeeper and etcd, reading the records through the engine the hosts
+// use. Hosts run in this process with skewed clocks (CronOptions.Now), or
+// as processes of the real binary that the tests kill and restart. Every
+// wait polls a condition with a deadline, or waits for a known instant to
+// pass.
 
 import (
 	"context"
@@ -202,20 +205,22 @@ func cronSkewRun(t *testing.T, b *backend, root string, history, n int) (trueDel
 // history=2 is the same with a short history (--history 2): pruning must
 // not let a host whose clock lags claim a firing again once its record
 // was pruned ("a claimed firing is never run again, whoever crashed",
-// says cron.go). Both run at once on one ensemble, under separate roots.
+// says cron.go). Both run at once on one ensemble, under separate roots;
+// on each engine.
 func TestCronSkew(t *testing.T) {
-	b := cronEnsemble(t)
-	t.Run("history=100", func(t *testing.T) {
-		t.Parallel()
-		trueD, ownD := cronSkewRun(t, b, "/cron-skew", 0, 12)
-		t.Logf("scheduled → job start over %d firings, on the true clock: p50 %v p99 %v (the fastest clock, +2.5s, claims every firing)",
-			len(trueD), ms(cronPercentile(trueD, 50)), ms(cronPercentile(trueD, 99)))
-		t.Logf("scheduled → job start on the claimant's own clock: p50 %v p99 %v max %v",
-			ms(cronPercentile(ownD, 50)), ms(cronPercentile(ownD, 99)), ms(cronPercentile(ownD, 100)))
-	})
-	t.Run("history=2", func(t *testing.T) {
-		t.Parallel()
-		cronSkewRun(t, b, "/cron-skew-pruned", 2, 4)
+	forEachCronBackend(t, func(t *testing.T, b *backend) {
+		t.Run("history=100", func(t *testing.T) {
+			t.Parallel()
+			trueD, ownD := cronSkewRun(t, b, cronRoot(b, "cron-skew"), 0, 12)
+			t.Logf("scheduled → job start over %d firings, on the true clock: p50 %v p99 %v (the fastest clock, +2.5s, claims every firing)",
+				len(trueD), ms(cronPercentile(trueD, 50)), ms(cronPercentile(trueD, 99)))
+			t.Logf("scheduled → job start on the claimant's own clock: p50 %v p99 %v max %v",
+				ms(cronPercentile(ownD, 50)), ms(cronPercentile(ownD, 99)), ms(cronPercentile(ownD, 100)))
+		})
+		t.Run("history=2", func(t *testing.T) {
+			t.Parallel()
+			cronSkewRun(t, b, cronRoot(b, "cron-skew-pruned"), 2, 4)
+		})
 	})
 }
 
@@ -228,18 +233,22 @@ func TestCronSkew(t *testing.T) {
 // first firing after the expiry runs on time. With "queue" the next
 // firing waits for the expiry and then runs.
 //
-// On coordrun and on etcd (three members of its own: killed hosts leave
-// leases behind), side by side.
+// On each engine, side by side: etcd with three members of its own
+// (killed hosts leave leases behind).
 func TestCronHolderCrash(t *testing.T) {
-	for _, eng := range []string{"coordrun", "etcd"} {
+	for _, eng := range []string{"coordrun", "zookeeper", "etcd"} {
 		for _, overlap := range []string{state.OverlapSkip, state.OverlapQueue} {
 			t.Run(eng+"/"+overlap, func(t *testing.T) {
 				t.Parallel()
 				var b *backend
 				root := "/cron-crash"
-				if eng == "etcd" {
+				switch eng {
+				case "etcd":
 					b, root = etcdBackend(t, 3), "/coordrun/cron-crash" // under etcd's key prefix
-				} else {
+				case "zookeeper":
+					b = sharedZooKeeper(t)
+					root = cronRoot(b, "cron-crash")
+				default:
 					b = cronEnsemble(t)
 				}
 				cronCrash(t, b, root, overlap)
@@ -418,10 +427,14 @@ func cronCrash(t *testing.T, b *backend, root, overlap string) {
 // run the missed firing once, at start; restarted without it, the missed
 // firing stays missed and the schedule goes on.
 func TestCronOutageCatchUp(t *testing.T) {
-	b := cronEnsemble(t)
+	forEachCronBackend(t, cronOutageCatchUp)
+}
+
+func cronOutageCatchUp(t *testing.T, b *backend) {
 	r := newRig(t, b)
 	obs := cronObserver(t, b)
-	const root, job, every = "/cron-outage", "outage", 3 * time.Second
+	root := cronRoot(b, "cron-outage")
+	const job, every = "outage", 3 * time.Second
 	runs := r.path("runs.log")
 	argv := cronScript(runs, 0)
 	start := func(prefix string, flags ...string) []*proc {
@@ -492,21 +505,22 @@ func TestCronOutageCatchUp(t *testing.T) {
 // skip the firings during a run are recorded skipped and never two runs
 // overlap; with queue they run back to back, in order, never at once.
 func TestCronOverlap(t *testing.T) {
-	b := cronEnsemble(t)
-	t.Run("skip", func(t *testing.T) {
-		t.Parallel()
-		cronOverlap(t, b, state.OverlapSkip, 2500*time.Millisecond)
-	})
-	t.Run("queue", func(t *testing.T) {
-		t.Parallel()
-		cronOverlap(t, b, state.OverlapQueue, 1500*time.Millisecond)
+	forEachCronBackend(t, func(t *testing.T, b *backend) {
+		t.Run("skip", func(t *testing.T) {
+			t.Parallel()
+			cronOverlap(t, b, state.OverlapSkip, 2500*time.Millisecond)
+		})
+		t.Run("queue", func(t *testing.T) {
+			t.Parallel()
+			cronOverlap(t, b, state.OverlapQueue, 1500*time.Millisecond)
+		})
 	})
 }
 
 func cronOverlap(t *testing.T, b *backend, overlap string, hold time.Duration) {
 	r := newRig(t, b)
 	obs := cronObserver(t, b)
-	root, job := "/cron-overlap-"+overlap, "long"
+	root, job := cronRoot(b, "cron-overlap-"+overlap), "long"
 	runs := r.path("runs.log")
 	sink := &cronLogSink{}
 	var hosts []*cronInProc

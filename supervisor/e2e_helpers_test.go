@@ -18,6 +18,8 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"runtime"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -69,7 +71,24 @@ func e2eMain(m *testing.M) int {
 	}
 	e2eSelf = self
 	defer shared.closeAll()
+	rowsSideBySide()
 	return testkit.RunWithBinary(m, &e2eBin)
+}
+
+// minParallel is how many tests run at once here unless -parallel says
+// otherwise: an engine table's three rows, each with up to two parallel
+// subtests. The rows wait on clocks and sessions, not on the CPU, but
+// -parallel defaults to GOMAXPROCS, and on a 2-core machine the third row
+// would wait for one of the others to end.
+const minParallel = 6
+
+func rowsSideBySide() {
+	flag.Parse()
+	given := false
+	flag.Visit(func(f *flag.Flag) { given = given || f.Name == "test.parallel" })
+	if !given && runtime.GOMAXPROCS(0) < minParallel {
+		_ = flag.Set("test.parallel", strconv.Itoa(minParallel))
+	}
 }
 
 // childMain is the job: it appends lines to a log file, one write(2) per
@@ -309,8 +328,10 @@ func uniqueSleep() string {
 	return fmt.Sprintf("1000.%09d", (uint32(b[0])<<24|uint32(b[1])<<16|uint32(b[2])<<8|uint32(b[3]))%1000000000)
 }
 
-// pidsWithEnv lists processes whose environment holds kv exactly.
-func pidsWithEnv(kv string) []int {
+// pidsWithEnv lists processes whose environment holds every one of kvs
+// exactly. A label a test gives its processes is only unique together
+// with the test's mark: the rows of an engine table run side by side.
+func pidsWithEnv(kvs ...string) []int {
 	var out []int
 	for _, pid := range allPids() {
 		if pid == os.Getpid() {
@@ -320,11 +341,11 @@ func pidsWithEnv(kv string) []int {
 		if err != nil {
 			continue
 		}
-		for _, e := range bytes.Split(b, []byte{0}) {
-			if string(e) == kv {
-				out = append(out, pid)
-				break
-			}
+		env := bytes.Split(b, []byte{0})
+		if !slices.ContainsFunc(kvs, func(kv string) bool {
+			return !slices.ContainsFunc(env, func(e []byte) bool { return string(e) == kv })
+		}) {
+			out = append(out, pid)
 		}
 	}
 	return out
