@@ -807,7 +807,9 @@ func (w *chaosWorld) successor(kind string, target chaosRec, faulted time.Time) 
 func (w *chaosWorld) freeze(target chaosRec, inc *chaosIncarnation) {
 	w.t.Helper()
 	kind := faultHolderFreeze
-	pids := pidsWithEnv(chaosHostVar + "=" + target.host)
+	// Its own row's processes only: the engine rows run side by side
+	// and share host names.
+	pids := pidsWithEnv(w.r.mark, chaosHostVar+"="+target.host)
 	hasJob := false
 	for _, p := range pids {
 		hasJob = hasJob || p == target.pid
