@@ -20,9 +20,13 @@ import (
 type ConnOptions struct {
 	Servers        []string
 	SessionTimeout time.Duration
-	Auth           []client.Auth
-	TLS            *tls.Config
-	DriftMargin    time.Duration // subtracted from every lease, for clock rate differences
+	// SessionTimeoutGiven: the user asked for SessionTimeout (a flag, the
+	// environment, the config file); members granting another is then an
+	// error naming their limit, where for the default it is a warning.
+	SessionTimeoutGiven bool
+	Auth                []client.Auth
+	TLS                 *tls.Config
+	DriftMargin         time.Duration // subtracted from every lease, for clock rate differences
 	// ExtraMargin is added to DriftMargin when the ensemble is Apache
 	// ZooKeeper, whose followers answer pings without the leader.
 	ExtraMargin time.Duration

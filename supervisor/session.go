@@ -82,7 +82,14 @@ func leaseMargin(o ConnOptions, grace time.Duration, conn engine.Session, log *s
 		if timeout > o.SessionTimeout {
 			limit = "least"
 		}
-		log.Warn(fmt.Sprintf("the members granted a session timeout of %v, not the %v asked for: they grant at %s %v (coordrun server --min-session-timeout and --max-session-timeout; ZooKeeper minSessionTimeout, maxSessionTimeout); the lease follows theirs", timeout, o.SessionTimeout, limit, timeout), "asked", o.SessionTimeout, "granted", timeout)
+		said := fmt.Sprintf("the members granted a session timeout of %v, not the %v asked for: they grant at %s %v (coordrun server --min-session-timeout and --max-session-timeout; ZooKeeper minSessionTimeout, maxSessionTimeout; etcd grants whole seconds)", timeout, o.SessionTimeout, limit, timeout)
+		if o.SessionTimeoutGiven {
+			// The timeout is the outage a job rides out and the time a
+			// dead host keeps the lock: running on another than the one
+			// asked for would break the promise it was chosen for.
+			return 0, fmt.Errorf("%s; ask for --session-timeout %v, or change the members' limit", said, timeout)
+		}
+		log.Warn(said+"; the lease follows theirs", "asked", o.SessionTimeout, "granted", timeout)
 	}
 	if budget := timeout / 2; grace+margin+killSlack > budget {
 		return 0, fmt.Errorf("session timeout %v (as granted by the ensemble) is too short for --kill-grace %v and a lease margin of %v: they must stay under %v; raise --session-timeout or lower --kill-grace", timeout, grace, margin, budget)

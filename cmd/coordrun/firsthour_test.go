@@ -182,12 +182,29 @@ func TestEnvAndFileValuesStrict(t *testing.T) {
 	}
 }
 
-// A session timeout the members clamp is said at once, with their limit.
-func TestSessionTimeoutClampWarned(t *testing.T) {
+// A session timeout asked for and clamped by the members is refused
+// before the job runs, naming their limit and the value to ask for; the
+// default timeout clamped is a warning, as nobody chose it.
+func TestSessionTimeoutClamp(t *testing.T) {
 	addr := firstHourMember(t)
-	_, stderr, code := firstHourExec(t, 30*time.Second, nil, "run", "--servers", addr, "--auth", "ops:secret", "--session-timeout", "5m", "--", "true")
-	if code != 0 || !strings.Contains(stderr, "granted a session timeout of 40s, not the 5m0s asked for: they grant at most 40s") {
-		t.Errorf("--session-timeout 5m: exit %d, stderr %q; want a warning naming the members' 40s", code, stderr)
+	ran := filepath.Join(t.TempDir(), "ran")
+	for _, c := range []struct {
+		name string
+		env  []string
+		args []string
+	}{
+		{"flag", nil, []string{"--session-timeout", "5m"}},
+		{"environment", []string{"COORDRUN_SESSION_TIMEOUT=5m"}, nil},
+	} {
+		args := slices.Concat([]string{"run", "--servers", addr, "--auth", "ops:secret"}, c.args, []string{"--", "touch", ran})
+		_, stderr, code := firstHourExec(t, 30*time.Second, c.env, args...)
+		if code != exitUsage || !strings.Contains(stderr, "granted a session timeout of 40s, not the 5m0s asked for: they grant at most 40s") ||
+			!strings.Contains(stderr, "ask for --session-timeout 40s") {
+			t.Errorf("%s: exit %d, stderr %q; want %d naming the members' 40s", c.name, code, stderr, exitUsage)
+		}
+		if _, err := os.Stat(ran); err == nil {
+			t.Errorf("%s: the job ran on a session timeout other than the one asked for", c.name)
+		}
 	}
 }
 

@@ -129,12 +129,14 @@ func sessionOptions(cmd *cobra.Command, v *viper.Viper) (sessionConfig, error) {
 		conn: supervisor.ConnOptions{
 			Servers:        servers,
 			SessionTimeout: v.GetDuration("session-timeout"),
-			Auth:           auth,
-			TLS:            tlsCfg,
-			ACL:            acl,
-			RecordCommand:  v.GetString("record-command"),
-			DriftMargin:    v.GetDuration("drift-margin"),
-			ExtraMargin:    v.GetDuration("zookeeper-margin"),
+			// Set by a flag, COORDRUN_SESSION_TIMEOUT or the config file.
+			SessionTimeoutGiven: v.IsSet("session-timeout"),
+			Auth:                auth,
+			TLS:                 tlsCfg,
+			ACL:                 acl,
+			RecordCommand:       v.GetString("record-command"),
+			DriftMargin:         v.GetDuration("drift-margin"),
+			ExtraMargin:         v.GetDuration("zookeeper-margin"),
 		},
 		job: supervisor.JobOptions{
 			Exe:       exe,
