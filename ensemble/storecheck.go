@@ -1,8 +1,10 @@
 package ensemble
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"os"
 	"time"
 
@@ -57,6 +59,9 @@ func CheckStore(path string) (err error) {
 			err = &DamagedStoreError{File: path, Err: fmt.Errorf("%v", r)}
 		}
 	}()
+	if err := checkStoreLength(path); err != nil {
+		return err
+	}
 	db, err := bbolt.Open(path, 0o600, &bbolt.Options{ReadOnly: true, Timeout: 2 * time.Second})
 	if errors.Is(err, bbolt.ErrTimeout) {
 		return nil
@@ -79,4 +84,60 @@ func CheckStore(path string) (err error) {
 		}
 		return nil
 	})
+}
+
+// Offsets in a bolt meta page (its 16-byte page header first): the magic,
+// the page size, the high-water mark (pages in use) and the transaction.
+const (
+	boltMagic       = 0xED0CDAED
+	boltMagicAt     = 16
+	boltPageSizeAt  = 24
+	boltHighWaterAt = 56
+	boltTxidAt      = 64
+	boltChecksumAt  = 72
+	boltMetaLen     = 80
+)
+
+// checkStoreLength refuses a file shorter than the pages its newest meta
+// page says are in use: bbolt maps them and would fault (SIGBUS) reading
+// past the end, which no check of the pages can report.
+func checkStoreLength(path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil // bbolt.Open says why
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil
+	}
+	head := make([]byte, boltMetaLen)
+	if _, err := f.ReadAt(head, 0); err != nil {
+		return nil // too short for a meta page: bbolt.Open refuses it
+	}
+	pageSize := int64(binary.LittleEndian.Uint32(head[boltPageSizeAt:]))
+	if binary.LittleEndian.Uint32(head[boltMagicAt:]) != boltMagic || pageSize < 512 || pageSize > 1<<20 {
+		return nil // a damaged first meta page: bbolt.Open tries the second
+	}
+	var hwm, txid uint64
+	for i := int64(0); i < 2; i++ {
+		m := make([]byte, boltMetaLen)
+		if _, err := f.ReadAt(m, i*pageSize); err != nil || binary.LittleEndian.Uint32(m[boltMagicAt:]) != boltMagic {
+			continue
+		}
+		// A torn meta page fails its checksum (FNV-64a of the meta up
+		// to the checksum); bbolt then uses the other, and so does this.
+		h := fnv.New64a()
+		h.Write(m[boltMagicAt:boltChecksumAt])
+		if h.Sum64() != binary.LittleEndian.Uint64(m[boltChecksumAt:]) {
+			continue
+		}
+		if t := binary.LittleEndian.Uint64(m[boltTxidAt:]); t >= txid {
+			txid, hwm = t, binary.LittleEndian.Uint64(m[boltHighWaterAt:])
+		}
+	}
+	if want := int64(hwm) * pageSize; hwm > 0 && st.Size() < want {
+		return &DamagedStoreError{File: path, Err: fmt.Errorf("it is %d bytes, shorter than the %d pages of %d bytes its newest meta page counts in use: truncated", st.Size(), hwm, pageSize)}
+	}
+	return nil
 }

@@ -324,7 +324,9 @@ func electionWatches(t *testing.T, b recipeBackend) {
 	// Candidate i is watched by its own session and by candidate i+1's,
 	// and nobody watches the folder: a leader's end wakes one waiter.
 	want := map[string][]int64{}
-	nodes := listCandidates(t, clients[0], dir)
+	// Listed by the last session, which has seen every candidate's node:
+	// another may be on a member that has not applied the last create.
+	nodes := listCandidates(t, clients[waiters], dir)
 	sort.Slice(nodes, func(i, j int) bool { return nodes[i][len(nodes[i])-10:] < nodes[j][len(nodes[j])-10:] })
 	for i, n := range nodes {
 		ids := []int64{clients[i].SessionID()}
