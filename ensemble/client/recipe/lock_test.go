@@ -140,7 +140,9 @@ func lockHandoffInOrder(t *testing.T, b recipeBackend) {
 	w1, w2 := lockAcquire(ctx, es[1], false), lockAcquire(ctx, es[2], false)
 	for i, w := range []*lockWaiter{w1, w2} {
 		st := testkit.Recv(t, w.status, 10*time.Second, "waiter status")
-		if st.Position != i+1 || st.Length != 3 || st.HolderNode != path.Base(es[0].Node()) || st.Holder.Host != "h0" || st.Stopping {
+		// A waiter's reads are its member's: the first may list the queue
+		// before the create behind it reached that member.
+		if st.Position != i+1 || st.Length < i+2 || st.Length > 3 || st.HolderNode != path.Base(es[0].Node()) || st.Holder.Host != "h0" || st.Stopping {
 			t.Errorf("waiter %d status %+v", i+1, st)
 		}
 	}
