@@ -174,7 +174,9 @@ func (rep *compareReport) buildHeadline() {
 		if !ok || r.Better == "-" {
 			continue
 		}
-		for _, o := range []string{"zookeeper", "etcd", "raft", "raft-procs"} {
+		// Every other system, coordrun-base (-base-bin) included: its
+		// column is the before-and-after ratio.
+		for _, o := range reportOrder[1:] {
 			if v, ok := r.Values[o]; ok && v > 0 && c >= 0 {
 				if r.Ratios == nil {
 					r.Ratios = map[string]float64{}
