@@ -65,8 +65,9 @@ type host interface {
 	// reconfig serves a reconfig request from remote, read with the
 	// identities auth.
 	reconfig(ctx context.Context, remote net.Addr, auth []tree.Identity, req *wire.ReconfigRequest) ([]byte, wire.Stat, wire.Code)
-	// silence is the leader's view of a session's liveness.
-	silence(ctx context.Context, id int64) (wire.Silence, error)
+	// silence is the leader's view of a session's liveness, as asker may
+	// see it (zk.MaySeeSilence).
+	silence(ctx context.Context, asker zk.Session, id int64) (wire.Silence, error)
 }
 
 // connEnv is what the connections of a member share.
@@ -341,7 +342,8 @@ func (c *conn) start(hdr wire.RequestHeader, d *wire.Decoder) (slot, error) {
 		}}, nil
 	case zk.KindRead:
 		if id, ok := zk.SilenceQuery(&req); ok {
-			return slot{finish: func() []byte { return c.silence(xid, id) }}, nil
+			asker := zk.Session{ID: c.session, Auth: c.auth}
+			return slot{finish: func() []byte { return c.silence(xid, asker, id) }}, nil
 		}
 		// Only reads keep their request: writes are planned here.
 		return slot{read: &readRequest{req: req, auth: c.auth}}, nil
@@ -433,10 +435,10 @@ func (c *conn) sync(xid int32, path string) []byte {
 // A leader that cannot be asked (none, or one too old to know the call)
 // is answered as a session it does not track: the reader knows nothing
 // more than without the read.
-func (c *conn) silence(xid int32, id int64) []byte {
+func (c *conn) silence(xid int32, asker zk.Session, id int64) []byte {
 	ctx, cancel := context.WithTimeout(c.env.ctx, c.timeout)
 	defer cancel()
-	s, err := c.env.host.silence(ctx, id)
+	s, err := c.env.host.silence(ctx, asker, id)
 	if err != nil {
 		c.env.log.Debug("session silence unknown", "session", fmt.Sprintf("0x%x", id), "err", err)
 		s = wire.Silence{}

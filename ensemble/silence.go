@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/coordrun/coordrun/ensemble/tree"
 	"github.com/coordrun/coordrun/ensemble/wire"
+	"github.com/coordrun/coordrun/ensemble/zk"
 )
 
 // A session's silence, read by clients through wire.SilencePath: how long
@@ -16,8 +18,14 @@ import (
 // dead holder lingering as the leader's status page does.
 
 // silence is the leader's view of session id, asked of the leader when
-// this member does not lead.
-func (m *Member) silence(ctx context.Context, id int64) (wire.Silence, error) {
+// this member does not lead; a session asker may not see (by this
+// member's tree) is answered as one nobody tracks.
+func (m *Member) silence(ctx context.Context, asker zk.Session, id int64) (wire.Silence, error) {
+	var visible bool
+	m.fsm.view(func(t *tree.Tree, _ int64) { visible = zk.MaySeeSilence(t, asker, id) })
+	if !visible {
+		return wire.Silence{}, nil
+	}
 	return leaderCall(m, rpcSilence,
 		func() ([]byte, error) { return binary.BigEndian.AppendUint64(nil, uint64(id)), nil },
 		func() pending[wire.Silence] { return answered(m.localSilence(id), nil) },

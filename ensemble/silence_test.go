@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/coordrun/coordrun/ensemble/client"
+	"github.com/coordrun/coordrun/ensemble/wire"
+	"github.com/coordrun/coordrun/ensemble/zk"
 	"github.com/coordrun/coordrun/internal/testkit"
 	"github.com/coordrun/coordrun/supervisor/state"
 )
@@ -37,6 +39,12 @@ func TestSessionSilenceFromFollower(t *testing.T) {
 	defer reader.Close()
 
 	id := frozen.SessionID()
+	if _, _, ok, err := reader.Silence(ctx, id); ok || err != nil {
+		t.Fatalf("a session that owns no node the reader can read: known %v, err %v; want not known", ok, err)
+	}
+	if _, err := frozen.Create(ctx, "/frozen-holder", nil, wire.FlagEphemeral, client.OpenACL); err != nil {
+		t.Fatal(err)
+	}
 	silent, got, ok, err := reader.Silence(ctx, id)
 	if err != nil || !ok || got != timeout || silent > timeout*2/3 {
 		t.Fatalf("a live session: silent %v of %v, known %v, err %v; want a short silence of %v", silent, got, ok, err, timeout)
@@ -62,6 +70,48 @@ func TestSessionSilenceFromFollower(t *testing.T) {
 	})
 	if _, _, ok, err := reader.Silence(ctx, 0x7fff_0000_0000_0001); ok || err != nil {
 		t.Errorf("an unknown session: known %v, err %v; want not known, no error", ok, err)
+	}
+}
+
+// A session's silence is its own to read, and that of whoever may read
+// one of its ephemeral nodes: behind an ACL it tells an outsider nothing,
+// not even that the session is alive.
+func TestSessionSilenceBehindACL(t *testing.T) {
+	c := startCluster(t, 3)
+	c.WaitLeader(t)
+	ctx := testkit.Context(t, 60*time.Second)
+	secret := client.Auth{Scheme: "digest", Secret: []byte("ops:s3cret")}
+	owner, err := client.Connect(ctx, client.Config{Servers: []string{c.ClientAddr(0)}, SessionTimeout: 10 * time.Second, Auth: []client.Auth{secret}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer owner.Close()
+	acl := []wire.ACL{{Perms: wire.PermAll, ID: wire.ID{Scheme: "digest", ID: zk.DigestID("ops:s3cret")}}}
+	if _, err := owner.Create(ctx, "/guarded", nil, wire.FlagEphemeral, acl); err != nil {
+		t.Fatal(err)
+	}
+	id := owner.SessionID()
+	if _, _, ok, err := owner.Silence(ctx, id); !ok || err != nil {
+		t.Errorf("a session reading its own silence: known %v, err %v", ok, err)
+	}
+	for i := range 3 {
+		outsider, err := client.Connect(ctx, client.Config{Servers: []string{c.ClientAddr(i)}, SessionTimeout: 10 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, _, ok, err := outsider.Silence(ctx, id); ok || err != nil {
+			t.Errorf("member %d told a client without the digest about a guarded session: known %v, err %v", i, ok, err)
+		}
+		outsider.Close()
+		insider, err := client.Connect(ctx, client.Config{Servers: []string{c.ClientAddr(i)}, SessionTimeout: 10 * time.Second, Auth: []client.Auth{secret}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		testkit.WaitFor(t, 10*time.Second, "the guarded node on member "+c.ClientAddr(i), func() bool {
+			_, _, ok, err := insider.Silence(ctx, id)
+			return ok && err == nil
+		})
+		insider.Close()
 	}
 }
 

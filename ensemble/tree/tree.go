@@ -369,6 +369,21 @@ func (t *Tree) Ephemerals(sessionID int64, prefix string) []string {
 	return out
 }
 
+// SeesSession reports whether auth may read one of the session's
+// ephemeral nodes: whether a client with it can tell the session exists.
+func (t *Tree) SeesSession(sessionID int64, auth []Identity) bool {
+	s := t.sessions[sessionID]
+	if s == nil {
+		return false
+	}
+	for p := range s.ephemerals {
+		if n := t.nodes[p]; n != nil && permitted(n.acl.acl, PermRead, auth) {
+			return true
+		}
+	}
+	return false
+}
+
 // Session returns a live session. The password is a copy.
 func (t *Tree) Session(id int64) (SessionInfo, bool) {
 	s := t.sessions[id]

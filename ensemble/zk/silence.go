@@ -3,6 +3,7 @@ package zk
 import (
 	"encoding/json"
 
+	"github.com/coordrun/coordrun/ensemble/tree"
 	"github.com/coordrun/coordrun/ensemble/wire"
 )
 
@@ -25,4 +26,13 @@ func SilenceReply(xid int32, zxid int64, s wire.Silence) []byte {
 		(&wire.GetDataResponse{Data: data}).Encode(e)
 		return wire.OK
 	})
+}
+
+// MaySeeSilence reports whether session s may learn session id's silence:
+// its own, or that of a session owning an ephemeral node s may read. A
+// client learns session ids from the nodes it reads anyway; one that can
+// read none of a session's nodes is answered as for a session nobody
+// tracks, so the read tells no one what is alive behind an ACL.
+func MaySeeSilence(t *tree.Tree, s Session, id int64) bool {
+	return id == s.ID || t.SeesSession(id, s.Auth)
 }
