@@ -14,16 +14,16 @@ import (
 	"github.com/coordrun/coordrun/internal/testkit"
 )
 
-// An address that differs from the member's entry is said once, as a
-// warning: a proxy or port mapping may forward the entry.
-func TestPeerAddrUnlikeEntryWarns(t *testing.T) {
+// A host name that does not resolve cannot be compared: said once, as a
+// warning, since name service may come up after the member.
+func TestPeerAddrUnresolvableWarns(t *testing.T) {
 	var buf testkit.SyncBuffer
-	cfg := Config{ID: "1", DataDir: t.TempDir(), ClientAddr: ":2181", PeerAddr: "10.0.0.1:2889", InsecurePeers: true,
-		Peers: []Peer{{ID: "1", Addr: "10.0.0.1:2888"}}, Logger: slog.New(slog.NewTextHandler(&buf, nil))}
+	cfg := Config{ID: "1", DataDir: t.TempDir(), ClientAddr: ":2181", PeerAddr: "10.0.0.1:2888", InsecurePeers: true,
+		Peers: []Peer{{ID: "1", Addr: "no-such-host.invalid:2888"}}, Logger: slog.New(slog.NewTextHandler(&buf, nil))}
 	if err := cfg.setDefaults(); err != nil {
 		t.Fatal(err)
 	}
-	if out := buf.String(); strings.Count(out, "level=WARN") != 1 || !strings.Contains(out, `entry="1=10.0.0.1:2888"`) {
+	if out := buf.String(); strings.Count(out, "level=WARN") != 1 || !strings.Contains(out, `entry="1=no-such-host.invalid:2888"`) {
 		t.Errorf("log: %s", out)
 	}
 }
@@ -31,22 +31,29 @@ func TestPeerAddrUnlikeEntryWarns(t *testing.T) {
 func TestCheckAddrs(t *testing.T) {
 	peers := []Peer{{ID: "1", Addr: "10.0.0.1:2888"}, {ID: "2", Addr: "10.0.0.2:2888"}}
 	for _, c := range []struct {
-		name    string
-		client  string
-		peer    string
-		peers   []Peer
-		wantErr string
+		name      string
+		client    string
+		peer      string
+		peers     []Peer
+		forwarded bool
+		wantErr   string
 	}{
 		{name: "as listed", client: "127.0.0.1:2181", peer: "10.0.0.1:2888", peers: peers},
 		{name: "wildcard bind", client: ":2181", peer: "0.0.0.0:2888", peers: peers},
 		{name: "IPv6 wildcard bind", client: ":2181", peer: "[::]:2888", peers: peers},
 		{name: "no peer list", client: ":2181", peer: "127.0.0.1:2888"},
+		{name: "another port", client: ":2181", peer: "10.0.0.1:2889", peers: peers,
+			wantErr: "peer address 10.0.0.1:2889 is not this member's entry 1=10.0.0.1:2888"},
+		{name: "another host", client: ":2181", peer: "10.0.0.2:2888", peers: peers, wantErr: "--peer-forwarded"},
+		{name: "wildcard bind on another port", client: ":2181", peer: "0.0.0.0:2889", peers: peers, wantErr: "bind every interface, 0.0.0.0:2888"},
+		{name: "forwarded", client: ":2181", peer: "10.0.0.9:2999", peers: peers, forwarded: true},
+		{name: "a name for the same address", client: ":2181", peer: "127.0.0.1:2888", peers: []Peer{{ID: "1", Addr: "localhost:2888"}}},
 		{name: "empty client port", client: "127.0.0.1:", peer: "10.0.0.1:2888", peers: peers, wantErr: `client address "127.0.0.1:" has no port`},
 		{name: "empty peer port", client: ":2181", peer: "127.0.0.1:", wantErr: `peer address "127.0.0.1:" has no port`},
 		{name: "client without port", client: "127.0.0.1", peer: "10.0.0.1:2888", peers: peers, wantErr: `client address "127.0.0.1": want host:port`},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			cfg := Config{ID: "1", DataDir: t.TempDir(), ClientAddr: c.client, PeerAddr: c.peer, Peers: c.peers, InsecurePeers: true}
+			cfg := Config{ID: "1", DataDir: t.TempDir(), ClientAddr: c.client, PeerAddr: c.peer, Peers: c.peers, InsecurePeers: true, PeerForwarded: c.forwarded}
 			err := cfg.setDefaults()
 			switch {
 			case c.wantErr == "" && err != nil:

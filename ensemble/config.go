@@ -85,6 +85,10 @@ type Config struct {
 	// without PeerTLS or PeerSecret: anyone who reaches its peer port can
 	// then act as a member. Without it such a member refuses to start.
 	InsecurePeers bool
+	// PeerForwarded accepts a PeerAddr unlike this member's own entry in
+	// Peers: the entry, which the others dial, reaches PeerAddr through a
+	// proxy or a port mapping. Without it such a member refuses to start.
+	PeerForwarded bool
 
 	MinSessionTimeout time.Duration // default 2 ticks (4s with ZooKeeper's 2s tick)
 	MaxSessionTimeout time.Duration // default 40s

@@ -36,8 +36,8 @@ func TestPeerCredentialFlags(t *testing.T) {
 	addrs := testkit.FreeAddrs(t, "127.0.0.1", 2)
 	base := func(dir string, extra ...string) []string {
 		return append([]string{"server", "--id", "1", "--data-dir", dir, "--client-addr", addrs[0], "--peer-addr", addrs[1],
-			// Dialed by the others at a routable address.
-			"--peers", "1=192.0.2.1:2888"}, extra...)
+			// Dialed by the others at a routable address, forwarded here.
+			"--peers", "1=192.0.2.1:2888", "--peer-forwarded"}, extra...)
 	}
 	secretFile := func(text string, mode os.FileMode) string {
 		p := filepath.Join(t.TempDir(), "secret")

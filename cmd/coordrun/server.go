@@ -42,6 +42,7 @@ from it; --peers only matters the first time.
 	f.String("client-addr", ":2181", "address ZooKeeper clients connect to")
 	f.String("peer-addr", "", "address for raft and member traffic (host:port)")
 	f.String("peers", "", "initial members as id=host:port,... (peer addresses, this member included)")
+	f.Bool("peer-forwarded", false, "this member's --peers entry reaches --peer-addr through a proxy or port mapping: accept the two unlike (refused otherwise)")
 	f.Bool("dev", false, "one throwaway member: temporary data dir, id 1, peer port on loopback")
 	f.Bool("join", false, "start as a new member of a running ensemble: no bootstrap; add it with coordrun ensemble add")
 	f.String("restore", "", "seed a new (empty) data dir from a backup made with coordrun ensemble snapshot save")
@@ -113,6 +114,7 @@ func runServer(cmd *cobra.Command, _ []string) error {
 		ClientAddr:        v.GetString("client-addr"),
 		PeerAddr:          v.GetString("peer-addr"),
 		Peers:             peers,
+		PeerForwarded:     v.GetBool("peer-forwarded"),
 		MinSessionTimeout: v.GetDuration("min-session-timeout"),
 		MaxSessionTimeout: v.GetDuration("max-session-timeout"),
 		MaxDataBytes:      v.GetInt("max-data-bytes"),
