@@ -33,8 +33,11 @@ type LockView struct {
 	Name string `json:"name"`
 	Path string `json:"path"`
 	// Error is why the lock could not be read (its ACL, say).
-	Error  string     `json:"error,omitempty"`
-	Record string     `json:"record,omitempty"`
+	Error  string `json:"error,omitempty"`
+	Record string `json:"record,omitempty"`
+	// Free, with no holder, says what Record tells of the last one
+	// (state.FreeLock).
+	Free   string     `json:"free,omitempty"`
 	Holder *Contender `json:"holder,omitempty"`
 	// Waiting are the contenders after the holder (or all of them, with
 	// no holder), in queue order: the first is next. Queued counts the
@@ -237,6 +240,9 @@ func lockView(r lockRaw, session func(int64) SessionState) LockView {
 	}
 	if holderNode != nil && v.Lingering == "" {
 		v.Lingering = lingering(*holderNode, session)
+	}
+	if v.Holder == nil {
+		v.Free = state.FreeLock(v.Record)
 	}
 	return v
 }

@@ -459,3 +459,29 @@ func TestPageWarning(t *testing.T) {
 		t.Fatal("a banner without a warning")
 	}
 }
+
+// A free lock says what its record tells of the last holder in words; the
+// queue entry's internal name is only in the cell's title.
+func TestFreeLockInWords(t *testing.T) {
+	f := newFakeSource()
+	f.put("/coordrun/locks/idle", []byte("released lock-dd-0000000007"), 0)
+	f.put("/coordrun/locks/crashed", []byte("held lock-ee-0000000009"), 0)
+	f.put("/coordrun/locks/new", nil, 0)
+	h := New(f, Options{Now: func() time.Time { return fixedNow }}).Handler()
+	v := getJSON[LocksView](t, h, "/api/locks", 200)
+	want := map[string]string{"idle": "released by its last holder", "crashed": "its last holder went without releasing it", "new": "never held"}
+	for _, l := range v.Locks {
+		if l.Free != want[l.Name] {
+			t.Errorf("lock %s: free %q, want %q", l.Name, l.Free, want[l.Name])
+		}
+	}
+	body := get(t, h, "/").Body.String()
+	for _, w := range []string{`<td colspan="6" title="released lock-dd-0000000007">released by its last holder</td>`, `<td colspan="6">never held</td>`} {
+		if !strings.Contains(body, w) {
+			t.Errorf("page lacks %s", w)
+		}
+	}
+	if strings.Contains(body, ">released lock-dd") {
+		t.Error("the page shows the queue entry's internal name as the free row's text")
+	}
+}

@@ -22,6 +22,22 @@ const (
 	RecordReleased = "released "
 )
 
+// FreeLock says, for people, what the record of a lock nobody holds tells
+// of its last holder, without the queue entry's internal name.
+func FreeLock(record string) string {
+	switch {
+	case record == "":
+		return "never held"
+	case strings.HasPrefix(record, RecordReleased):
+		return "released by its last holder"
+	case strings.HasPrefix(record, RecordStopping):
+		return "its last holder was stopping when it went"
+	case strings.HasPrefix(record, RecordHeld):
+		return "its last holder went without releasing it"
+	}
+	return "record: " + record
+}
+
 // HolderInfo is the record of a contender's queue entry: who is waiting
 // or holding, for people reading the queue, and how long its work can
 // outlive its standing, for its successor.

@@ -165,7 +165,7 @@
         if (l.holder.stopping) tr.classList.add("stopping");
         body.append(tr);
       } else {
-        body.append(h("tr.free", {}, h("th", { scope: "row" }, "free"), h("td", { colspan: 6 }, l.record || "never held")));
+        body.append(h("tr.free", {}, h("th", { scope: "row" }, "free"), h("td", { colspan: 6, title: l.record || "" }, l.free)));
       }
       l.waiting.forEach((w, i) => body.append(contenderRow(w, "waiter", (i + 1) + ". waits", { "data-pos": i + 1 })));
       art.append(h("table.queue", {},
