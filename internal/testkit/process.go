@@ -212,6 +212,10 @@ func (e *ProcessEnsemble) ServerArgs(i int, extra ...string) []string {
 	if e.SecretFile != "" {
 		args = append(args, "--peer-secret-file", e.SecretFile)
 	}
+	if e.PeerDial != nil && e.PeerDial[i] != e.PeerAddrs[i] {
+		// The others dial a proxy that forwards to the member.
+		args = append(args, "--peer-forwarded")
+	}
 	return append(append(args, e.Args...), extra...)
 }
 
