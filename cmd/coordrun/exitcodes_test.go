@@ -3,11 +3,12 @@ package main
 import (
 	"os"
 
-	"github.com/spf13/cobra"
 	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/spf13/cobra"
 
 	"github.com/coordrun/coordrun/internal/testkit"
 	"github.com/coordrun/coordrun/supervisor"

@@ -4,10 +4,11 @@ import (
 	"errors"
 
 	"fmt"
-	"github.com/spf13/viper"
 	"net"
 	"strconv"
 	"strings"
+
+	"github.com/spf13/viper"
 )
 
 // defaultClientPort is ZooKeeper's client port, which its own clients
