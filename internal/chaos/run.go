@@ -145,7 +145,8 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	if err := c.WaitHealthy(hctx); err != nil {
 		close(w.stop)
 		w.wg.Wait()
-		return nil, fmt.Errorf("after the faults: %w", err)
+		c.DumpStacks()
+		return nil, fmt.Errorf("after the faults: %w (each member's goroutines at the end of its log)", err)
 	}
 	time.Sleep(time.Second) // load under a healthy ensemble before stopping
 	close(w.stop)
