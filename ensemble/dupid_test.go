@@ -24,6 +24,13 @@ func TestDuplicateIDRefused(t *testing.T) {
 	addrs := testkit.FreeAddrs(t, "127.0.0.1", 2)
 	imposter.PeerAddr, imposter.ClientAddr = addrs[0], addrs[1]
 	imposter.Logger = testkit.Logger("imposter")
+	// Its peer address is not entry 1: that alone is refused first
+	// (checkAddrs). Behind a forwarding entry the check that remains is
+	// the probe of the entry, which finds member 1 serving there.
+	if _, err := Start(imposter); err == nil || !strings.Contains(err.Error(), "is not this member's entry 1=") {
+		t.Fatalf("an imposter on another peer address: %v; want its address refused", err)
+	}
+	imposter.PeerForwarded = true
 	m, err := Start(imposter)
 	if err == nil {
 		m.Close()
