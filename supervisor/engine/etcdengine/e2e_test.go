@@ -91,7 +91,7 @@ func readMarks(t *testing.T, file string) []mark {
 // whether trying again can help.
 func TestEtcdRunBadInput(t *testing.T) {
 	c := testkit.StartEtcd(t, 1)
-	ep := strings.TrimPrefix(c.Endpoints()[0], "http://")
+	ep := endpoints(c)[0]
 	free := testkit.FreeAddrs(t, "127.0.0.1", 1)[0]
 	// Users: root (to enable auth), app (readwrite on /coordrun/), other
 	// (readwrite on /other/ only).

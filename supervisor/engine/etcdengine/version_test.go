@@ -1,7 +1,6 @@
 package etcdengine
 
 import (
-	"context"
 	"errors"
 	"strings"
 	"testing"
@@ -16,15 +15,13 @@ import (
 // at hand to run.
 func TestDialRefusesTooOldServer(t *testing.T) {
 	c := testkit.StartEtcd(t, 1)
-	ep := strings.TrimPrefix(c.Endpoints()[0], "http://")
+	ep := endpoints(c)[0]
 	ver := strings.TrimSpace(c.Etcdctl("version"))
 	old := MinVersion
 	MinVersion = [2]int{old[0], 99}
 	defer func() { MinVersion = old }()
 
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	conn, err := Dial(ctx, Config{Endpoints: []string{ep}, SessionTimeout: 5 * time.Second})
+	conn, err := Dial(ctxT(t), Config{Endpoints: []string{ep}, SessionTimeout: 5 * time.Second})
 	if err == nil {
 		conn.Close()
 		t.Fatalf("Dial of %s (%s) with a minimum of %d.99: no error", ep, ver, old[0])
