@@ -11,8 +11,10 @@ import (
 // the others dial the entry, so unless something forwards it here (a
 // proxy, a NAT's port mapping: PeerForwarded says so) raft would run with
 // a member no one reaches. Host names are compared by what they resolve
-// to; one that does not resolve here is a warning, since name service may
-// come up after the member does.
+// to. One that does not resolve here is only a warning: a configuration
+// error (exit 64) would stop systemd's restarts, while name service may
+// come up after the member; the start then fails on the lookup itself
+// (startRaft resolves the entry) and is tried again.
 func (c *Config) checkAddrs() error {
 	for _, a := range []struct{ field, flag, addr string }{
 		{"ClientAddr", "client address", c.ClientAddr},

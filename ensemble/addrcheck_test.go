@@ -15,7 +15,8 @@ import (
 )
 
 // A host name that does not resolve cannot be compared: said once, as a
-// warning, since name service may come up after the member.
+// warning, not refused as bad configuration (64 stops systemd's restarts;
+// name service may come up after the member).
 func TestPeerAddrUnresolvableWarns(t *testing.T) {
 	var buf testkit.SyncBuffer
 	cfg := Config{ID: "1", DataDir: t.TempDir(), ClientAddr: ":2181", PeerAddr: "10.0.0.1:2888", InsecurePeers: true,
