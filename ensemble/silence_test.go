@@ -45,6 +45,11 @@ func TestSessionSilenceFromFollower(t *testing.T) {
 	if _, err := frozen.Create(ctx, "/frozen-holder", nil, wire.FlagEphemeral, client.OpenACL); err != nil {
 		t.Fatal(err)
 	}
+	// The reader's member decides by its own tree, which must have
+	// applied the create first.
+	if err := reader.Sync(ctx, "/frozen-holder"); err != nil {
+		t.Fatal(err)
+	}
 	silent, got, ok, err := reader.Silence(ctx, id)
 	if err != nil || !ok || got != timeout || silent > timeout*2/3 {
 		t.Fatalf("a live session: silent %v of %v, known %v, err %v; want a short silence of %v", silent, got, ok, err, timeout)
